@@ -1,0 +1,112 @@
+"""The embedded PostgreSQL used when DATABASE_URL is unset.
+
+This module alone wraps `pgserver` (a real PostgreSQL shipped in a wheel). The server's data lives
+under `var/pgdata` in the checkout and is shared by every process of the project: web, workers,
+tests, management commands. It is started on first use and *kept running* when processes exit
+(pgserver's cleanup is disabled), so a worker restart does not restart the database under the web
+process. pgserver listens on a Unix socket only; a stale `postmaster.pid` left by a crash or reboot
+is detected (its pid is not a live postmaster) and the server is started again.
+"""
+
+import logging
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_PGDATA = BASE_DIR / "var" / "pgdata"
+DATABASE_NAME = "jetencode"
+
+logger = logging.getLogger(__name__)
+
+
+def _pgdata() -> Path:
+    return Path(os.environ.get("JETENCODE_EMBEDDED_PGDATA", DEFAULT_PGDATA)).resolve()
+
+
+def _server(pgdata: Path):
+    # XDG_RUNTIME_DIR is often unset under systemd units and CI; pgserver then warns and falls back
+    # to /tmp, which is what we want, so keep the warning out of every command's output.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    return pgserver.get_server(pgdata, cleanup_mode=None)
+
+
+def _clear_stale_pidfile(pgdata: Path) -> None:
+    """Remove a postmaster.pid whose pid is no longer a live postgres process.
+
+    After a crash or a reboot the pid may be dead or reused by an unrelated process; pgserver would
+    trust a reused pid and never start the server, so we check the process name ourselves.
+    """
+    pidfile = pgdata / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    import psutil
+
+    try:
+        alive = psutil.Process(pid).name().startswith("postgres")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        alive = False
+    if not alive:
+        logger.warning("removing stale %s (pid %s is not a running postgres)", pidfile, pid)
+        pidfile.unlink(missing_ok=True)
+
+
+def ensure_running() -> dict:
+    """Start the embedded server if needed and return Django connection settings for it."""
+    pgdata = _pgdata()
+    _clear_stale_pidfile(pgdata)
+    server = _server(pgdata)
+    info = server.get_postmaster_info()
+    socket_dir = str(info.socket_dir) if getattr(info, "socket_dir", None) else None
+    uri = server.get_uri()
+    if socket_dir is None:
+        # postgresql://postgres:@/postgres?host=/path/to/socket
+        socket_dir = uri.split("host=", 1)[1].split("&", 1)[0]
+    _ensure_database(server)
+    return {"HOST": socket_dir, "PORT": "", "USER": "postgres", "NAME": DATABASE_NAME, "PASSWORD": ""}
+
+
+def _ensure_database(server) -> None:
+    marker = _pgdata() / ".jetencode-db-created"
+    if marker.exists():
+        return
+    out = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
+    if "(0 rows)" in out:
+        server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+    marker.touch()
+
+
+def status() -> str:
+    pgdata = _pgdata()
+    pidfile = pgdata / "postmaster.pid"
+    if not pidfile.exists():
+        return f"stopped (data directory {pgdata})"
+    lines = pidfile.read_text().splitlines()
+    pid = int(lines[0])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return f"stopped, stale postmaster.pid (pid {pid}) in {pgdata}"
+    socket_dir = lines[4] if len(lines) > 4 else "?"
+    return f"running, pid {pid}, socket {socket_dir}, data {pgdata}"
+
+
+def stop() -> str:
+    pgdata = _pgdata()
+    if not (pgdata / "postmaster.pid").exists():
+        return "not running"
+    from pgserver._commands import pg_ctl
+
+    user = "pgserver" if os.geteuid() == 0 else None
+    try:
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    except subprocess.CalledProcessError as exc:
+        return f"stop failed: {exc}"
+    return "stopped"

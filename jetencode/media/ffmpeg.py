@@ -1,0 +1,190 @@
+"""Finding FFmpeg and learning what this machine's FFmpeg can encode.
+
+Lookup order: JETENCODE_FFMPEG, then `ffmpeg` on PATH, then the static binary shipped by
+imageio-ffmpeg, so a fresh machine needs no system FFmpeg.
+
+A hardware encoder listed by `ffmpeg -encoders` is only *compiled in*; whether the machine has the
+device (and driver) is another matter. Each one is confirmed with a one-second test encode before it
+appears in `hardware_encoders`, which is what the scheduler and the stage handlers trust.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+# Name suffixes of FFmpeg's hardware encoder wrappers.
+HARDWARE_SUFFIXES = ("_nvenc", "_qsv", "_vaapi", "_videotoolbox", "_amf", "_v4l2m2m", "_mf", "_omx", "_rkmpp", "_vulkan")
+# Only these are used by the handlers (all output is H.264); the others are listed for the catalog.
+H264_HARDWARE_PREFERENCE = ("h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videotoolbox", "h264_amf")
+TEST_ENCODE_TIMEOUT = 30.0
+VAAPI_DEVICE = "/dev/dri/renderD128"
+
+
+class FFmpegNotFound(RuntimeError):
+    pass
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def ffmpeg_path() -> str:
+    """Absolute path of the FFmpeg binary to run. Raises FFmpegNotFound with what was tried."""
+    configured = getattr(settings, "FFMPEG_BINARY", "") or ""
+    if configured:
+        found = configured if os.sep in configured else shutil.which(configured)
+        if found and _executable(found):
+            return str(Path(found).resolve())
+        # A configured binary that is missing is a deployment mistake: say so instead of silently
+        # falling back to a different FFmpeg than the operator asked for.
+        raise FFmpegNotFound(f"JETENCODE_FFMPEG={configured!r} is not an executable file")
+    on_path = shutil.which("ffmpeg")
+    if on_path:
+        return str(Path(on_path).resolve())
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except Exception as exc:  # imageio raises RuntimeError when its binary is absent
+        raise FFmpegNotFound(
+            "no FFmpeg found: set JETENCODE_FFMPEG, install ffmpeg on PATH, or install imageio-ffmpeg"
+        ) from exc
+
+
+def ffprobe_path() -> str | None:
+    """ffprobe is optional (probing uses PyAV): next to the chosen ffmpeg, else on PATH."""
+    try:
+        sibling = Path(ffmpeg_path()).with_name("ffprobe")
+    except FFmpegNotFound:
+        sibling = None
+    if sibling is not None and _executable(str(sibling)):
+        return str(sibling)
+    return shutil.which("ffprobe")
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+
+def ffmpeg_version(ffmpeg: str | None = None) -> str:
+    proc = _run([ffmpeg or ffmpeg_path(), "-hide_banner", "-version"], timeout=15)
+    match = re.match(r"ffmpeg version (\S+)", proc.stdout)
+    return match.group(1) if match else "unknown"
+
+
+def parse_encoders(text: str) -> list[dict[str, str]]:
+    """Parse `ffmpeg -hide_banner -encoders`: lines like ' V....D libx264  libx264 H.264 ...'."""
+    encoders = []
+    past_legend = False
+    for line in text.splitlines():
+        if line.strip().startswith("------"):
+            past_legend = True
+            continue
+        if not past_legend:
+            continue
+        match = re.match(r"^\s*([VAS])([A-Z.]{5})\s+(\S+)\s*(.*)$", line)
+        if match:
+            kind = {"V": "video", "A": "audio", "S": "subtitle"}[match.group(1)]
+            encoders.append({"name": match.group(3), "type": kind, "description": match.group(4).strip()})
+    return encoders
+
+
+def parse_hwaccels(text: str) -> list[str]:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines and lines[0].lower().startswith("hardware acceleration methods"):
+        lines = lines[1:]
+    return lines
+
+
+def is_hardware_encoder(name: str) -> bool:
+    return name.endswith(HARDWARE_SUFFIXES)
+
+
+def confirmation_argv(ffmpeg: str, encoder: str) -> list[str]:
+    """One second of lavfi test pattern through `encoder`, discarded. The pixel format and device
+    setup differ by family; VAAPI needs frames uploaded to the device."""
+    argv = [ffmpeg, "-hide_banner", "-nostdin", "-loglevel", "error"]
+    if encoder.endswith("_vaapi"):
+        argv += ["-vaapi_device", VAAPI_DEVICE]
+    argv += ["-f", "lavfi", "-i", "testsrc2=size=256x144:rate=25:duration=1"]
+    if encoder.endswith("_vaapi"):
+        argv += ["-vf", "format=nv12,hwupload"]
+    elif encoder.endswith(("_qsv", "_nvenc", "_amf", "_v4l2m2m", "_mf")):
+        argv += ["-pix_fmt", "nv12"]
+    else:
+        argv += ["-pix_fmt", "yuv420p"]
+    argv += ["-frames:v", "25", "-c:v", encoder, "-f", "null", "-"]
+    return argv
+
+
+def confirm_encoder(ffmpeg: str, encoder: str) -> bool:
+    try:
+        proc = _run(confirmation_argv(ffmpeg, encoder), timeout=TEST_ENCODE_TIMEOUT)
+    except (subprocess.TimeoutExpired, OSError):
+        return False
+    return proc.returncode == 0
+
+
+def build_catalog(ffmpeg: str | None = None) -> dict[str, Any]:
+    """Probe FFmpeg now (uncached). Hardware encoders are confirmed in parallel threads, because a
+    missing device can take seconds to time out and a machine may list a dozen wrappers."""
+    ffmpeg = ffmpeg or ffmpeg_path()
+    encoders = parse_encoders(_run([ffmpeg, "-hide_banner", "-encoders"], timeout=30).stdout)
+    hwaccels = parse_hwaccels(_run([ffmpeg, "-hide_banner", "-hwaccels"], timeout=30).stdout)
+    candidates = [e["name"] for e in encoders if e["type"] == "video" and is_hardware_encoder(e["name"])]
+    confirmed: dict[str, bool] = {}
+
+    def check(name: str) -> None:
+        confirmed[name] = confirm_encoder(ffmpeg, name)
+
+    threads = [threading.Thread(target=check, args=(name,), daemon=True) for name in candidates]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TEST_ENCODE_TIMEOUT + 5)
+    return {
+        "ffmpeg": ffmpeg,
+        "ffprobe": ffprobe_path(),
+        "version": ffmpeg_version(ffmpeg),
+        "encoders": sorted(e["name"] for e in encoders),
+        "hardware_encoders": sorted(name for name in candidates if confirmed.get(name)),
+        "hardware_encoders_unconfirmed": sorted(name for name in candidates if not confirmed.get(name)),
+        "hwaccels": hwaccels,
+    }
+
+
+@functools.cache
+def _cached_catalog(ffmpeg: str) -> dict[str, Any]:
+    return build_catalog(ffmpeg)
+
+
+def encoder_catalog(refresh: bool = False) -> dict[str, Any]:
+    """The worker's capability catalog, computed once per process (per FFmpeg binary).
+
+    {"ffmpeg": path, "ffprobe": path | None, "version": str, "encoders": [names],
+     "hardware_encoders": [confirmed names], "hardware_encoders_unconfirmed": [...], "hwaccels": [...]}
+    """
+    ffmpeg = ffmpeg_path()
+    if refresh:
+        _cached_catalog.cache_clear()
+    # A copy, so a caller mutating its dict cannot change what the next caller sees.
+    catalog = _cached_catalog(ffmpeg)
+    return {key: (list(value) if isinstance(value, list) else value) for key, value in catalog.items()}
+
+
+def preferred_h264_hardware_encoder(catalog: dict[str, Any] | None) -> str | None:
+    """The first confirmed H.264 hardware encoder in the catalog, or None."""
+    confirmed = set((catalog or {}).get("hardware_encoders") or [])
+    for name in H264_HARDWARE_PREFERENCE:
+        if name in confirmed:
+            return name
+    return None

@@ -1,0 +1,291 @@
+"""Job webhooks: Standard Webhooks signing and verification, URL safety, delivery.
+
+Signing (https://www.standardwebhooks.com): the signed content is `{webhook-id}.{webhook-timestamp}.{body}`,
+HMAC-SHA256 with the base64-decoded part of a `whsec_<base64>` secret, sent as
+`webhook-signature: v1,<base64 digest>`. The id is stable across retries (receivers dedupe on it);
+the timestamp and signature are fresh on every attempt.
+
+URL safety: a webhook URL is user input that makes the worker open a connection, so it must not
+reach loopback, link-local (cloud metadata at 169.254.169.254), private or otherwise non-public
+addresses unless JETENCODE_WEBHOOK_ALLOW_PRIVATE says so. The check runs on every resolved address,
+and the connection then goes to the address that was checked (not a second DNS answer), so DNS
+rebinding between check and connect does not help an attacker. Redirects are never followed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import http.client
+import ipaddress
+import json
+import secrets
+import socket
+import ssl
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+SECRET_PREFIX = "whsec_"
+TIMEOUT_SECONDS = 15.0
+DEFAULT_TOLERANCE_SECONDS = 5 * 60
+MAX_RESPONSE_BYTES = 4096
+USER_AGENT = "JetEncode-Webhooks/1"
+
+
+class WebhookError(Exception):
+    pass
+
+
+class WebhookVerificationError(WebhookError):
+    """A received webhook failed verification (bad signature, stale timestamp, missing header)."""
+
+
+class UnsafeWebhookURL(WebhookError, ValueError):
+    """The URL is not http(s) or resolves to an address webhooks may not reach."""
+
+
+# --- secrets and signatures -------------------------------------------------------------------
+
+def generate_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key of a `whsec_<base64>` secret (the prefix is optional, as in the reference libraries)."""
+    if not secret:
+        raise WebhookError("webhook secret is empty")
+    raw = secret[len(SECRET_PREFIX):] if secret.startswith(SECRET_PREFIX) else secret
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (ValueError, TypeError) as exc:
+        raise WebhookError("webhook secret is not whsec_ followed by base64") from exc
+
+
+def sign(secret: str, webhook_id: str, timestamp: int, body: bytes) -> str:
+    """`v1,<base64 HMAC-SHA256 of id.timestamp.body>`."""
+    signed = f"{webhook_id}.{int(timestamp)}.".encode() + body
+    digest = hmac.new(secret_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def signature_headers(secret: str | None, webhook_id: str, body: bytes, timestamp: int | None = None) -> dict[str, str]:
+    timestamp = int(time.time()) if timestamp is None else int(timestamp)
+    headers = {"webhook-id": webhook_id, "webhook-timestamp": str(timestamp)}
+    if secret:
+        headers["webhook-signature"] = sign(secret, webhook_id, timestamp, body)
+    return headers
+
+
+def verify(secret: str, headers: dict[str, str], body: bytes, *, tolerance: int = DEFAULT_TOLERANCE_SECONDS,
+           now: float | None = None) -> None:
+    """Raise WebhookVerificationError unless `headers` carry a valid, fresh signature of `body`.
+
+    Header names are matched case-insensitively; the signature header may hold several
+    space-separated signatures (key rotation), any valid `v1` one is enough.
+    """
+    lower = {key.lower(): value for key, value in headers.items()}
+    try:
+        webhook_id = lower["webhook-id"]
+        timestamp_text = lower["webhook-timestamp"]
+        signatures = lower["webhook-signature"]
+    except KeyError as exc:
+        raise WebhookVerificationError(f"missing header {exc.args[0]}") from None
+    try:
+        timestamp = int(timestamp_text)
+    except ValueError:
+        raise WebhookVerificationError("webhook-timestamp is not an integer") from None
+    now = time.time() if now is None else now
+    if abs(now - timestamp) > tolerance:
+        raise WebhookVerificationError("webhook-timestamp is outside the tolerance window")
+    expected = sign(secret, webhook_id, timestamp, body).split(",", 1)[1]
+    for candidate in signatures.split():
+        version, _, value = candidate.partition(",")
+        if version == "v1" and hmac.compare_digest(value.encode(), expected.encode()):
+            return
+    raise WebhookVerificationError("no matching signature")
+
+
+# --- payloads ---------------------------------------------------------------------------------
+
+def stable_webhook_id(job_id: str, event: str, manual_retry_count: int = 0) -> str:
+    """Deterministic per (job, event, manual retry): retries of one delivery share it, and a manual
+    retry of the job (which may notify again, DECISIONS 6) gets a new one."""
+    return "msg_" + uuid.uuid5(uuid.NAMESPACE_URL, f"jetencode:{job_id}:{event}:{manual_retry_count}").hex
+
+
+def task_payload(url: str, event: str, job: dict[str, Any], *, manual_retry_count: int = 0,
+                 occurred_at: str | None = None) -> dict[str, Any]:
+    """The payload of a `webhook` task, built by the scheduler in the terminal transaction."""
+    return {
+        "url": url,
+        "event": event,
+        "job": job,
+        "webhook_id": stable_webhook_id(str(job.get("id", "")), event, manual_retry_count),
+        "occurred_at": occurred_at or datetime.now(UTC).isoformat(),
+    }
+
+
+def envelope(event: str, job: dict[str, Any], occurred_at: str) -> dict[str, Any]:
+    """The Standard Webhooks body shape: {"type", "timestamp", "data"}."""
+    return {"type": event, "timestamp": occurred_at, "data": job}
+
+
+def body_bytes(payload: dict[str, Any]) -> bytes:
+    """Compact, key-sorted JSON: the same payload always signs to the same bytes."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str).encode()
+
+
+# --- URL safety -------------------------------------------------------------------------------
+
+def allow_private_default() -> bool:
+    return bool(getattr(settings, "JETENCODE", {}).get("WEBHOOK_ALLOW_PRIVATE", False))
+
+
+def address_is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is loopback too
+    return not (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_private
+        or address.is_multicast
+        or address.is_unspecified
+        or address.is_reserved
+        or not address.is_global
+    )
+
+
+@dataclass(frozen=True)
+class Target:
+    scheme: str
+    host: str
+    port: int
+    path: str  # path + query, as sent in the request line
+    addresses: tuple[str, ...]  # resolved and checked, in resolver order
+
+
+def check_url(url: str, *, allow_private: bool | None = None) -> Target:
+    """Parse, resolve and check a webhook URL. Raises UnsafeWebhookURL with the reason."""
+    allow_private = allow_private_default() if allow_private is None else allow_private
+    if not isinstance(url, str) or len(url) > 2048:
+        raise UnsafeWebhookURL("webhook URL must be a string of at most 2048 characters")
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        raise UnsafeWebhookURL("webhook URL contains whitespace or control characters")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise UnsafeWebhookURL("webhook URL must use http or https")
+    try:
+        host = parts.hostname
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError as exc:
+        raise UnsafeWebhookURL(f"webhook URL is malformed: {exc}") from None
+    if not host:
+        raise UnsafeWebhookURL("webhook URL has no host")
+    if parts.username or parts.password:
+        raise UnsafeWebhookURL("webhook URL must not contain credentials")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UnsafeWebhookURL(f"webhook host {host!r} does not resolve") from exc
+    addresses: list[str] = []
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        text = sockaddr[0].split("%", 1)[0]  # drop an IPv6 zone id
+        if text not in addresses:
+            addresses.append(text)
+    if not addresses:
+        raise UnsafeWebhookURL(f"webhook host {host!r} does not resolve")
+    if not allow_private:
+        for text in addresses:
+            if not address_is_public(ipaddress.ip_address(text)):
+                raise UnsafeWebhookURL(
+                    f"webhook host {host!r} resolves to {text}, a loopback, private, link-local or otherwise "
+                    "non-public address (set JETENCODE_WEBHOOK_ALLOW_PRIVATE=true to allow)"
+                )
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return Target(scheme, host, port, path, tuple(addresses))
+
+
+# --- delivery ---------------------------------------------------------------------------------
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """Connects to an already-checked address while sending the URL's Host header."""
+
+    def __init__(self, host: str, port: int, address: str, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self._address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host: str, port: int, address: str, timeout: float, context: ssl.SSLContext):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._address = address
+        self._ssl_context = context
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        # Certificate and SNI are checked against the URL's host name, not the address.
+        self.sock = self._ssl_context.wrap_socket(sock, server_hostname=self.host)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    status: int
+    body: str  # first MAX_RESPONSE_BYTES of the response, for the stage log
+    webhook_id: str
+    address: str
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def send(url: str, payload: dict[str, Any], webhook_id: str, *, secret: str | None = None,
+         timeout: float = TIMEOUT_SECONDS, allow_private: bool | None = None, timestamp: int | None = None) -> Delivery:
+    """POST `payload` as signed JSON, once. Returns the Delivery whatever its status; raises
+    UnsafeWebhookURL for a refused URL and OSError/http.client errors for network failures.
+    Redirects come back as their 3xx status and are never followed.
+
+    `secret` defaults to JETENCODE_WEBHOOK_SECRET; without one the request carries webhook-id and
+    webhook-timestamp but no signature.
+    """
+    target = check_url(url, allow_private=allow_private)
+    if secret is None:
+        secret = getattr(settings, "JETENCODE", {}).get("WEBHOOK_SECRET") or None
+    body = body_bytes(payload)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        **signature_headers(secret, webhook_id, body, timestamp),
+    }
+    last_error: Exception | None = None
+    for address in target.addresses:
+        if target.scheme == "https":
+            conn: http.client.HTTPConnection = _PinnedHTTPSConnection(
+                target.host, target.port, address, timeout, ssl.create_default_context())
+        else:
+            conn = _PinnedHTTPConnection(target.host, target.port, address, timeout)
+        try:
+            conn.request("POST", target.path, body=body, headers=headers)
+            response = conn.getresponse()
+            text = response.read(MAX_RESPONSE_BYTES).decode("utf-8", "replace")
+            return Delivery(response.status, text, webhook_id, address)
+        except (OSError, http.client.HTTPException) as exc:
+            # Only connection failures move on to the next address; a response is final.
+            last_error = exc
+        finally:
+            conn.close()
+    assert last_error is not None
+    raise last_error

@@ -1,0 +1,174 @@
+"""Django settings for JetEncode. Every knob is an environment variable; see .env.example."""
+
+import secrets
+import sys
+from pathlib import Path
+
+import dj_database_url
+
+from jetencode.env import envbool, envfloat, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(envstr("JETENCODE_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+
+
+def _secret_key() -> str:
+    key = envstr("JETENCODE_SECRET_KEY")
+    if key:
+        return key
+    # Development default: a random key kept under var/ so sessions survive restarts.
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = envbool("JETENCODE_DEBUG", False)
+ALLOWED_HOSTS = envlist("JETENCODE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = envlist("JETENCODE_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "jetencode",
+    "scheduler",
+    "workers",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "jetencode.urls"
+WSGI_APPLICATION = "jetencode.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: PostgreSQL only (row locks, SKIP LOCKED and LISTEN/NOTIFY are the scheduler) ---
+APPLICATION_NAME = envstr("JETENCODE_APPLICATION_NAME", "jetencode-" + (sys.argv[1] if len(sys.argv) > 1 else "web"))[:63]
+DATABASE_URL = envstr("DATABASE_URL")
+if DATABASE_URL:
+    _db = dj_database_url.parse(DATABASE_URL)
+    if not _db["ENGINE"].endswith("postgresql"):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("DATABASE_URL must be a postgresql:// URL: JetEncode runs on PostgreSQL only")
+else:
+    from jetencode import embedded_db
+
+    _db = {"ENGINE": "django.db.backends.postgresql", **embedded_db.ensure_running()}
+_db.setdefault("OPTIONS", {})["application_name"] = APPLICATION_NAME
+_db["CONN_MAX_AGE"] = envint("JETENCODE_CONN_MAX_AGE", 60, minimum=0)
+_db["CONN_HEALTH_CHECKS"] = True
+_db.setdefault("TEST", {})
+if envstr("JETENCODE_TEST_DATABASE_NAME"):
+    _db["TEST"]["NAME"] = envstr("JETENCODE_TEST_DATABASE_NAME")
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:overview"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+if envbool("JETENCODE_SIMPLE_STATIC", False) or "pytest" in sys.modules:
+    # Tests and `runserver` need no collectstatic step.
+    STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+WHITENOISE_USE_FINDERS = True
+
+# --- Security: production-safe by default; the dev run command relaxes what HTTP needs ---
+SECURE_HTTPS = envbool("JETENCODE_HTTPS", False)
+SESSION_COOKIE_SECURE = SECURE_HTTPS
+CSRF_COOKIE_SECURE = SECURE_HTTPS
+SECURE_SSL_REDIRECT = SECURE_HTTPS and envbool("JETENCODE_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = envint("JETENCODE_HSTS_SECONDS", 31536000 if SECURE_HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HTTPS
+SECURE_HSTS_PRELOAD = SECURE_HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("JETENCODE_BEHIND_PROXY") else None
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "SAMEORIGIN"  # the job page embeds its own MP4 outputs
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("JETENCODE_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
+
+# --- Scheduler and worker timing (validated again by the worker at start) ---
+JETENCODE = {
+    "LEASE_SECONDS": envfloat("JETENCODE_LEASE_SECONDS", 30, minimum=1),
+    "HEARTBEAT_SECONDS": envfloat("JETENCODE_HEARTBEAT_SECONDS", 5, minimum=0.1),
+    "STALE_WORKER_SECONDS": envfloat("JETENCODE_STALE_WORKER_SECONDS", 60, minimum=1),
+    "REASSIGN_AFTER_SECONDS": envfloat("JETENCODE_REASSIGN_AFTER_SECONDS", 300, minimum=1),
+    "SHUTDOWN_GRACE_SECONDS": envfloat("JETENCODE_SHUTDOWN_GRACE_SECONDS", 30, minimum=0),
+    "POLL_SECONDS": envfloat("JETENCODE_POLL_SECONDS", 1, minimum=0.05),
+    "RECOVERY_INTERVAL_SECONDS": envfloat("JETENCODE_RECOVERY_INTERVAL_SECONDS", 5, minimum=0.1),
+    "SAMPLE_INTERVAL_SECONDS": envfloat("JETENCODE_SAMPLE_INTERVAL_SECONDS", 60, minimum=1),
+    "RETENTION_DAYS": envint("JETENCODE_RETENTION_DAYS", 30, minimum=1),
+    "NOTIFY": envbool("JETENCODE_NOTIFY", True),
+    "STALL_SECONDS": envfloat("JETENCODE_STALL_SECONDS", 120, minimum=1),
+    "WEBHOOK_SECRET": envstr("JETENCODE_WEBHOOK_SECRET"),
+    "WEBHOOK_ALLOW_PRIVATE": envbool("JETENCODE_WEBHOOK_ALLOW_PRIVATE", False),
+    "WEBHOOK_MAX_ATTEMPTS": envint("JETENCODE_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=20),
+}
+MEDIA_ROOT_DIR = Path(envstr("JETENCODE_MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
+OUTPUT_ROOT_DIR = Path(envstr("JETENCODE_OUTPUT_ROOT", str(VAR_DIR / "outputs"))).resolve()
+WORKSPACE_ROOT_DIR = Path(envstr("JETENCODE_WORKSPACE_ROOT", str(VAR_DIR / "workspace"))).resolve()
+FFMPEG_BINARY = envstr("JETENCODE_FFMPEG")
+S3_BUCKET = envstr("JETENCODE_S3_BUCKET")
+S3_ENDPOINT_URL = envstr("JETENCODE_S3_ENDPOINT_URL")
+S3_PREFIX = envstr("JETENCODE_S3_PREFIX", "outputs")
+
+# --- Logging: plain text by default, one JSON object per line with JETENCODE_LOG_JSON=true ---
+LOG_JSON = envbool("JETENCODE_LOG_JSON", False)
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "jetencode.logging.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_JSON else "text"}},
+    "root": {"handlers": ["console"], "level": envstr("JETENCODE_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,31 @@
+"""Install the scheduler's SQL functions (scheduler/sql/functions_v1.sql) and seed the singleton.
+
+The SQL file is read when this migration runs. A release that changes a function's behaviour adds
+a *_v2 function in a new SQL file and migration, so workers of the previous release keep working
+during a rolling deploy.
+"""
+
+from pathlib import Path
+
+from django.db import migrations
+
+SQL_FILE = Path(__file__).resolve().parent.parent / "sql" / "functions_v1.sql"
+
+
+def install_functions(apps, schema_editor):
+    # Straight to the cursor without parameters, so '%' in the SQL is not taken for a placeholder.
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(SQL_FILE.read_text())
+
+
+def seed_singleton(apps, schema_editor):
+    schema_editor.execute("INSERT INTO queue_scheduler_state (id, rebalances, updated_at) VALUES (1, 0, now()) ON CONFLICT DO NOTHING")
+
+
+class Migration(migrations.Migration):
+    dependencies = [("scheduler", "0001_initial")]
+
+    operations = [
+        migrations.RunPython(install_functions, migrations.RunPython.noop),
+        migrations.RunPython(seed_singleton, migrations.RunPython.noop),
+    ]
