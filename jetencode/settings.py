@@ -92,6 +92,9 @@ _db["CONN_HEALTH_CHECKS"] = True
 _db.setdefault("TEST", {})
 if envstr("JETENCODE_TEST_DATABASE_NAME"):
     _db["TEST"]["NAME"] = envstr("JETENCODE_TEST_DATABASE_NAME")
+elif "pytest" in sys.modules:
+    # One test database per pytest process, so several runs on one server never collide.
+    _db["TEST"]["NAME"] = f"test_{_db['NAME']}_{os.getpid()}"
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

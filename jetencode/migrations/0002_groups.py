@@ -1,23 +1,12 @@
 """Create the dashboard's two groups: Operators (may act) and Viewers (read only)."""
 
-from django.contrib.auth.management import create_permissions
 from django.db import migrations
-
-VIEW_MODELS = ["job", "joboutput", "mediaasset"]
 
 
 def create_groups(apps, schema_editor):
-    for app_config in apps.get_app_configs():
-        app_config.models_module = True
-        create_permissions(app_config, apps=apps, verbosity=0)
-        app_config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    view = list(Permission.objects.filter(content_type__app_label="jetencode", codename__in=[f"view_{m}" for m in VIEW_MODELS]))
-    viewers, _ = Group.objects.get_or_create(name="Viewers")
-    viewers.permissions.add(*view)
-    operators, _ = Group.objects.get_or_create(name="Operators")
-    operators.permissions.add(*view, Permission.objects.get(content_type__app_label="jetencode", codename="operate_queue"))
+    from jetencode.permissions import ensure_groups
+
+    ensure_groups(apps)
 
 
 class Migration(migrations.Migration):

@@ -48,6 +48,10 @@ class ChildSpec:
     resource_category: str = "cpu"  # cpu | gpu_encode | gpu_ai
     vram_mb: int = 0
     timeout_seconds: float | None = None
+    # Hold this child until every sibling sharing its parent has completed (e.g. HLS packaging
+    # after all renditions). The scheduler enforces it. Handlers spawn at most one such child per
+    # parent (two would wait for each other); later steps are spawned by that child itself.
+    wait_for_siblings: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ class StageContext(Protocol):
     job_type: str
     job_params: dict[str, Any]
     job_hardware: str  # auto | cpu | gpu
+    # Optional: the job's resource overrides (None when not set). Handlers read them with
+    # getattr(ctx, name, None), so a context without them behaves as "no override".
+    job_resource_category: str | None
+    job_vram_mb: int | None
     execution_id: int
     worker_uid: str
     capabilities: dict[str, Any]  # the worker's catalog: {"encoders": [...], "hwaccels": [...], ...}

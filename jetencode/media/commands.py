@@ -1,0 +1,388 @@
+"""FFmpeg argument lists for every job type. Lists, never shell strings.
+
+Rules every builder keeps:
+- argv starts with `-nostdin -nostats -hide_banner -progress pipe:1 -y`: no terminal interaction,
+  machine-readable progress on stdout (parsed by `progress.ProgressParser`), errors on stderr;
+- file arguments are absolute paths (`_path` refuses anything else), so FFmpeg can never read one as
+  an option or a protocol, whatever the file is called;
+- filter graphs are assembled only from numbers and choices that were validated by the params
+  models, formatted here; no user string ever reaches a filter graph.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from jetencode.media.ffmpeg import VAAPI_DEVICE, ffmpeg_path
+
+COMMON_ARGS = ["-nostdin", "-nostats", "-hide_banner", "-progress", "pipe:1", "-y"]
+AUDIO_RATE = 48000
+
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+_NVENC_PRESET = {"ultrafast": "p1", "superfast": "p1", "veryfast": "p2", "faster": "p3", "fast": "p4",
+                 "medium": "p4", "slow": "p5", "slower": "p6", "veryslow": "p7"}
+_QSV_PRESET = {"ultrafast": "veryfast", "superfast": "veryfast"}
+SUPPORTED_ENCODERS = ("libx264", "h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videotoolbox", "h264_amf")
+
+
+def _path(path: Path | str) -> str:
+    text = str(path)
+    if not Path(text).is_absolute():
+        raise ValueError(f"FFmpeg file arguments must be absolute paths, got {text!r}")
+    return text
+
+
+def _num(value: float) -> str:
+    """A number for a filter graph or option: finite, plain decimal, no exponent."""
+    if not math.isfinite(value):
+        raise ValueError("non-finite number in an FFmpeg argument")
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def _even(value: float) -> int:
+    return max(2, int(value) // 2 * 2)
+
+
+def base_args(ffmpeg: str | None = None, loglevel: str = "warning") -> list[str]:
+    return [ffmpeg or ffmpeg_path(), *COMMON_ARGS, "-loglevel", loglevel]
+
+
+@dataclass(frozen=True)
+class VideoEncoding:
+    """How to encode H.264: the encoder (libx264 or a confirmed hardware one) and its rate control."""
+
+    encoder: str = "libx264"
+    preset: str = "veryfast"
+    crf: int = 23
+    maxrate_kbps: int | None = None
+    bufsize_kbps: int | None = None
+    keyframe_seconds: float | None = None  # force a keyframe every N seconds (HLS segment alignment)
+
+    def __post_init__(self):
+        if self.encoder not in SUPPORTED_ENCODERS:
+            raise ValueError(f"unsupported H.264 encoder {self.encoder!r}")
+        if self.preset not in X264_PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}")
+        if not 0 <= int(self.crf) <= 51:
+            raise ValueError("crf must be 0..51")
+
+    def pre_input_args(self) -> list[str]:
+        return ["-vaapi_device", VAAPI_DEVICE] if self.encoder == "h264_vaapi" else []
+
+    def filter_tail(self) -> str:
+        """The last filters of the video chain: the encoder's pixel format (and upload for VAAPI)."""
+        return "format=nv12,hwupload" if self.encoder == "h264_vaapi" else "format=yuv420p"
+
+    def output_args(self) -> list[str]:
+        crf = str(int(self.crf))
+        if self.encoder == "libx264":
+            args = ["-c:v", "libx264", "-preset", self.preset, "-crf", crf, "-profile:v", "high"]
+        elif self.encoder == "h264_nvenc":
+            args = ["-c:v", "h264_nvenc", "-preset", _NVENC_PRESET[self.preset], "-rc", "vbr", "-cq", crf, "-b:v", "0"]
+        elif self.encoder == "h264_qsv":
+            args = ["-c:v", "h264_qsv", "-preset", _QSV_PRESET.get(self.preset, self.preset), "-global_quality", crf]
+        elif self.encoder == "h264_vaapi":
+            args = ["-c:v", "h264_vaapi", "-rc_mode", "CQP", "-qp", crf]
+        elif self.encoder == "h264_videotoolbox":
+            args = ["-c:v", "h264_videotoolbox", "-b:v", f"{self.maxrate_kbps or 4000}k"]
+        else:  # h264_amf
+            args = ["-c:v", "h264_amf", "-rc", "cqp", "-qp_i", crf, "-qp_p", crf]
+        if self.maxrate_kbps and self.encoder not in ("h264_vaapi", "h264_amf"):
+            args += ["-maxrate", f"{int(self.maxrate_kbps)}k", "-bufsize", f"{int(self.bufsize_kbps or 2 * self.maxrate_kbps)}k"]
+        if self.keyframe_seconds:
+            args += ["-force_key_frames", f"expr:gte(t,n_forced*{_num(self.keyframe_seconds)})"]
+            if self.encoder == "libx264":
+                args += ["-sc_threshold", "0"]  # no extra scene-cut keyframes between segment boundaries
+        return args
+
+
+def audio_args(kbps: int = 128) -> list[str]:
+    return ["-c:a", "aac", "-b:a", f"{int(kbps)}k", "-ac", "2", "-ar", str(AUDIO_RATE)]
+
+
+def fit_short_side(width: int, height: int, short_side: int) -> tuple[int, int]:
+    """Scale (width, height) so the shorter side is `short_side`, keeping the aspect, even sizes."""
+    if width >= height:
+        return _even(width * short_side / height), _even(short_side)
+    return _even(short_side), _even(height * short_side / width)
+
+
+def _fit_box(width: int, height: int) -> str:
+    """Scale into a width x height box keeping the aspect ratio, letterboxed, square pixels."""
+    w, h = int(width), int(height)
+    return (f"scale={w}:{h}:force_original_aspect_ratio=decrease,"
+            f"pad={w}:{h}:(ow-iw)/2:(oh-ih)/2,setsar=1")
+
+
+# --- single-input encodes ---------------------------------------------------------------------
+
+def encode_video(src: Path, dst: Path, *, encoding: VideoEncoding, audio_kbps: int = 128,
+                 size: tuple[int, int] | None = None, start: float | None = None, duration: float | None = None,
+                 ffmpeg: str | None = None) -> list[str]:
+    """Re-encode one input to MP4 (H.264 + AAC, +faststart), optionally scaled and/or trimmed.
+
+    Used by reencode_streaming, transcode renditions and clip cuts. Audio is mapped if present.
+    """
+    argv = base_args(ffmpeg) + encoding.pre_input_args()
+    if start:
+        argv += ["-ss", _num(start)]  # input seek: fast, and frame-accurate when re-encoding
+    if duration:
+        argv += ["-t", _num(duration)]
+    argv += ["-i", _path(src)]
+    filters = []
+    if size is not None:
+        filters.append(f"scale={_even(size[0])}:{_even(size[1])}")
+    filters.append(encoding.filter_tail())
+    argv += ["-map", "0:v:0", "-map", "0:a:0?", "-sn", "-dn", "-vf", ",".join(filters)]
+    argv += encoding.output_args() + audio_args(audio_kbps)
+    argv += ["-movflags", "+faststart", "-f", "mp4", _path(dst)]
+    return argv
+
+
+def reencode_streaming(src: Path, dst: Path, *, encoder: str = "libx264", preset: str = "medium", crf: int = 23,
+                       target_bitrate_kbps: int = 2000, audio_kbps: int = 128, size: tuple[int, int] | None = None,
+                       ffmpeg: str | None = None) -> list[str]:
+    """H.264 with maxrate = target bitrate and bufsize = twice that, AAC, +faststart."""
+    encoding = VideoEncoding(encoder, preset, crf, target_bitrate_kbps, 2 * target_bitrate_kbps)
+    return encode_video(src, dst, encoding=encoding, audio_kbps=audio_kbps, size=size, ffmpeg=ffmpeg)
+
+
+def rendition(src: Path, dst: Path, *, width: int, height: int, video_bitrate_kbps: int, segment_seconds: float,
+              encoder: str = "libx264", preset: str = "veryfast", crf: int = 23, audio_kbps: int = 128,
+              ffmpeg: str | None = None) -> list[str]:
+    """One ladder rung: scaled, capped at its bitrate, keyframes every segment for HLS."""
+    encoding = VideoEncoding(encoder, preset, crf, video_bitrate_kbps, 2 * video_bitrate_kbps, segment_seconds)
+    return encode_video(src, dst, encoding=encoding, audio_kbps=audio_kbps, size=(width, height), ffmpeg=ffmpeg)
+
+
+def hls_package(src: Path, out_dir: Path, *, segment_seconds: float, playlist_name: str = "index.m3u8",
+                ffmpeg: str | None = None) -> list[str]:
+    """Remux (no re-encode) an MP4 rendition into an HLS VOD playlist with MPEG-TS segments."""
+    out = _path(out_dir)
+    if "%" in out:
+        raise ValueError("HLS output directory must not contain '%'")  # it would corrupt the segment pattern
+    return base_args(ffmpeg) + [
+        "-i", _path(src), "-map", "0", "-c", "copy", "-f", "hls",
+        "-hls_time", _num(segment_seconds), "-hls_playlist_type", "vod", "-hls_flags", "independent_segments",
+        "-hls_segment_type", "mpegts", "-hls_segment_filename", f"{out}/seg_%05d.ts",
+        f"{out}/{playlist_name}",
+    ]
+
+
+def thumbnail(src: Path, dst: Path, *, timestamp: float, width: int, quality: int = 3,
+              ffmpeg: str | None = None) -> list[str]:
+    """One JPEG frame at `timestamp`, scaled to `width` (height keeps the aspect, even)."""
+    return base_args(ffmpeg) + [
+        "-ss", _num(timestamp), "-i", _path(src), "-map", "0:v:0", "-frames:v", "1",
+        "-vf", f"scale={int(width)}:-2", "-q:v", str(int(quality)), "-update", "1", "-f", "image2", _path(dst),
+    ]
+
+
+def gif(src: Path, dst: Path, *, start: float, duration: float, width: int, fps: int, max_colors: int = 256,
+        dither: str = "sierra2_4a", ffmpeg: str | None = None) -> list[str]:
+    """A GIF with a palette computed from the segment itself (palettegen) and applied (paletteuse)."""
+    if dither not in ("sierra2_4a", "bayer", "floyd_steinberg", "none"):
+        raise ValueError(f"unknown dither {dither!r}")
+    graph = (f"[0:v]fps={int(fps)},scale={int(width)}:-1:flags=lanczos,split[a][b];"
+             f"[a]palettegen=max_colors={int(max_colors)}[p];[b][p]paletteuse=dither={dither}[v]")
+    argv = base_args(ffmpeg)
+    if start:
+        argv += ["-ss", _num(start)]
+    return argv + ["-t", _num(duration), "-i", _path(src), "-filter_complex", graph, "-map", "[v]",
+                   "-loop", "0", "-f", "gif", _path(dst)]
+
+
+# --- multi-input compositions -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of a source to concatenate: `duration` seconds from `start`."""
+
+    path: Path
+    duration: float
+    start: float = 0.0
+    has_audio: bool = True
+
+
+def concat(segments: list[Segment], dst: Path, *, width: int, height: int, fps: int, encoding: VideoEncoding,
+           audio_kbps: int = 128, ffmpeg: str | None = None) -> list[str]:
+    """Concatenate segments of any sizes, rates and audio layouts into one MP4.
+
+    Each segment is letterboxed into width x height at `fps`; if any segment has audio, the silent
+    ones get generated silence of their length so the concat filter sees matching streams.
+    Used by compile_random, compile_mega (concat layout), highlight_generate and digest_generate.
+    """
+    if not segments:
+        raise ValueError("concat needs at least one segment")
+    any_audio = any(s.has_audio for s in segments)
+    argv = base_args(ffmpeg) + encoding.pre_input_args()
+    for seg in segments:
+        if seg.start:
+            argv += ["-ss", _num(seg.start)]
+        argv += ["-t", _num(seg.duration), "-i", _path(seg.path)]
+    silence_index: dict[int, int] = {}
+    next_input = len(segments)
+    if any_audio:
+        for i, seg in enumerate(segments):
+            if not seg.has_audio:
+                argv += ["-f", "lavfi", "-t", _num(seg.duration), "-i",
+                         f"anullsrc=channel_layout=stereo:sample_rate={AUDIO_RATE}"]
+                silence_index[i] = next_input
+                next_input += 1
+    chains = []
+    pads = []
+    for i, seg in enumerate(segments):
+        chains.append(f"[{i}:v]{_fit_box(width, height)},fps={int(fps)},format=yuv420p[v{i}]")
+        pads.append(f"[v{i}]")
+        if any_audio:
+            source = silence_index.get(i, i)
+            dur = _num(seg.duration)
+            chains.append(f"[{source}:a]aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,"
+                          f"apad=whole_dur={dur},atrim=end={dur}[a{i}]")
+            pads.append(f"[a{i}]")
+    n = len(segments)
+    chains.append("".join(pads) + f"concat=n={n}:v=1:a={1 if any_audio else 0}[cv]" + ("[a]" if any_audio else ""))
+    chains.append(f"[cv]{encoding.filter_tail()}[v]")
+    argv += ["-filter_complex", ";".join(chains), "-map", "[v]"]
+    if any_audio:
+        argv += ["-map", "[a]"]
+    argv += encoding.output_args()
+    argv += audio_args(audio_kbps) if any_audio else ["-an"]
+    return argv + ["-movflags", "+faststart", "-f", "mp4", _path(dst)]
+
+
+@dataclass(frozen=True)
+class GridInput:
+    path: Path
+    duration: float
+    has_audio: bool = True
+
+
+def grid_layout(count: int, columns: int, cell_width: int, cell_height: int) -> str:
+    """xstack layout with absolute pixel offsets, row-major."""
+    cells = []
+    for i in range(count):
+        row, col = divmod(i, columns)
+        cells.append(f"{col * int(cell_width)}_{row * int(cell_height)}")
+    return "|".join(cells)
+
+
+def grid(inputs: list[GridInput], dst: Path, *, columns: int, cell_width: int, cell_height: int, fps: int,
+         encoding: VideoEncoding, duration: str = "shortest", audio: str = "mix", audio_kbps: int = 128,
+         ffmpeg: str | None = None) -> list[str]:
+    """Inputs tiled in a grid with xstack (compile_quad: 4 inputs, 2 columns; compile_mega: more).
+
+    duration "shortest" stops with the shortest input; "longest" freezes the last frame of shorter
+    inputs (tpad) until the longest ends. audio: "mix" (amix of all inputs with audio), "first"
+    (the first input that has audio) or "none".
+    """
+    if len(inputs) < 1:
+        raise ValueError("grid needs at least one input")
+    if duration not in ("shortest", "longest") or audio not in ("mix", "first", "none"):
+        raise ValueError("invalid grid duration or audio mode")
+    columns = max(1, min(int(columns), len(inputs)))
+    total = (min if duration == "shortest" else max)(i.duration for i in inputs)
+    argv = base_args(ffmpeg) + encoding.pre_input_args()
+    for item in inputs:
+        argv += ["-i", _path(item.path)]
+    chains = []
+    for i in range(len(inputs)):
+        chain = f"[{i}:v]{_fit_box(cell_width, cell_height)},fps={int(fps)}"
+        if duration == "longest":
+            chain += ",tpad=stop_mode=clone:stop=-1"
+        chains.append(chain + f"[v{i}]")
+    if len(inputs) == 1:
+        chains.append(f"[v0]{encoding.filter_tail()}[v]")
+    else:
+        layout = grid_layout(len(inputs), columns, cell_width, cell_height)
+        chains.append("".join(f"[v{i}]" for i in range(len(inputs)))
+                      + f"xstack=inputs={len(inputs)}:layout={layout}:fill=black:shortest=1,"
+                      f"{encoding.filter_tail()}[v]")
+    audio_sources = [i for i, item in enumerate(inputs) if item.has_audio]
+    with_audio = audio != "none" and bool(audio_sources)
+    if with_audio:
+        if audio == "first" or len(audio_sources) == 1:
+            chains.append(f"[{audio_sources[0]}:a]aresample={AUDIO_RATE},"
+                          f"aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]")
+        else:
+            chains.append("".join(f"[{i}:a]" for i in audio_sources)
+                          + f"amix=inputs={len(audio_sources)}:duration=longest:normalize=1,"
+                          f"aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]")
+    argv += ["-filter_complex", ";".join(chains), "-map", "[v]"]
+    if with_audio:
+        argv += ["-map", "[a]"]
+    # An explicit length makes "longest" (infinite tpad, padded audio) end where it should.
+    argv += ["-t", _num(total)] + encoding.output_args()
+    argv += audio_args(audio_kbps) if with_audio else ["-an"]
+    return argv + ["-movflags", "+faststart", "-f", "mp4", _path(dst)]
+
+
+# --- measurements ------------------------------------------------------------------------------
+
+SCENE_METADATA_FILE = "scenes.txt"
+SCENE_IMAGE_PATTERN = "scene_%04d.jpg"
+SCORES_FILE = "scene_scores.txt"
+LOUDNESS_FILE = "loudness.txt"
+
+
+def scene_detect(src: Path, *, threshold: float, min_scene_seconds: float, max_scenes: int, thumb_width: int,
+                 ffmpeg: str | None = None) -> list[str]:
+    """Scene starts with a keyframe JPEG each, in one decoding pass. Run with cwd = the output
+    directory: it writes SCENE_METADATA_FILE (pts_time + lavfi.scene_score per selected frame) and
+    SCENE_IMAGE_PATTERN there. The first frame always starts scene 1; a later frame starts a scene
+    when its scene-change score exceeds `threshold` and the current scene is at least
+    `min_scene_seconds` long."""
+    select = (f"select='isnan(prev_selected_t)+gt(scene,{_num(threshold)})"
+              f"*gte(t-prev_selected_t,{_num(min_scene_seconds)})'")
+    graph = f"{select},metadata=mode=print:file={SCENE_METADATA_FILE},scale={int(thumb_width)}:-2"
+    return base_args(ffmpeg) + [
+        "-i", _path(src), "-map", "0:v:0", "-an", "-sn", "-vf", graph, "-fps_mode", "vfr",
+        "-frames:v", str(int(max_scenes)), "-q:v", "3", "-f", "image2", SCENE_IMAGE_PATTERN,
+    ]
+
+
+def analyze_signals(src: Path, *, has_audio: bool, fps: float = 10.0, ffmpeg: str | None = None) -> list[str]:
+    """Measure per-frame scene-change scores (motion and cuts) on a small, `fps`-sampled picture and,
+    if there is audio, momentary loudness (EBU R128, every 100 ms). Run with cwd = the output
+    directory: writes SCORES_FILE and LOUDNESS_FILE there; the encoded output is discarded."""
+    chains = [f"[0:v]fps={_num(fps)},scale=160:-2,select='gte(scene,0)',"
+              f"metadata=mode=print:key=lavfi.scene_score:file={SCORES_FILE}[v]"]
+    maps = ["-map", "[v]"]
+    if has_audio:
+        chains.append(f"[0:a]ebur128=metadata=1,ametadata=mode=print:key=lavfi.r128.M:file={LOUDNESS_FILE}[a]")
+        maps += ["-map", "[a]"]
+    return base_args(ffmpeg) + ["-i", _path(src), "-filter_complex", ";".join(chains), *maps, "-f", "null", "-"]
+
+
+# --- generated clips (tests, demo seeding) ------------------------------------------------------
+
+def synthetic_clip(dst: Path, *, width: int = 320, height: int = 180, seconds: float = 2.0, fps: int = 25,
+              audio: bool = True, scenes: bool = False, ffmpeg: str | None = None) -> list[str]:
+    """A synthetic H.264/AAC MP4 from lavfi `testsrc2` + `sine`. With `scenes`, three visually distinct
+    parts (testsrc2, smptebars, a solid colour) and loud audio only in the middle part, so scene
+    detection and loudness measurements have something to find."""
+    size = f"{int(width)}x{int(height)}"
+    argv = [ffmpeg or ffmpeg_path(), "-nostdin", "-nostats", "-hide_banner", "-loglevel", "error", "-y"]
+    if scenes:
+        part = _num(seconds / 3)
+        graph = (f"testsrc2=size={size}:rate={int(fps)}:duration={part}[a];"
+                 f"smptebars=size={size}:rate={int(fps)}:duration={part}[b];"
+                 f"color=c=0x3060c0:size={size}:rate={int(fps)}:duration={part}[c];"
+                 "[a][b][c]concat=n=3:v=1:a=0[v]")
+        maps = ["-map", "[v]"]
+        if audio:
+            graph += (f";sine=frequency=440:sample_rate={AUDIO_RATE}:duration={_num(seconds)},"
+                      f"volume='if(between(t,{part},{_num(2 * seconds / 3)}),1,0.02)':eval=frame[s]")
+            maps += ["-map", "[s]"]
+        argv += ["-filter_complex", graph, *maps]
+    else:
+        argv += ["-f", "lavfi", "-i", f"testsrc2=size={size}:rate={int(fps)}:duration={_num(seconds)}"]
+        if audio:
+            argv += ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate={AUDIO_RATE}:duration={_num(seconds)}"]
+    argv += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-g", str(int(fps))]
+    argv += ["-c:a", "aac", "-b:a", "64k"] if audio else ["-an"]
+    return argv + ["-t", _num(seconds), "-movflags", "+faststart", _path(dst)]

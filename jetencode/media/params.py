@@ -1,0 +1,334 @@
+"""Per-job-type parameter schemas (pydantic v2).
+
+One model per job type; the API, the dashboard form and the worker all validate with these, so a
+job that was accepted is a job the worker can run. Every number is bounded (nothing overflows into
+a 500 or an absurd FFmpeg run), unknown fields are refused (`extra="forbid"`), and every path is
+checked by `jetencode.media.paths` at submission (the worker checks again).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from jetencode.media.paths import UnsafePathError, check_relative, resolve_media_path
+
+Preset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
+Orientation = Literal["any", "landscape", "portrait", "square"]
+
+MAX_SECONDS = 24 * 3600.0  # no media position or length beyond a day
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+Crf = Annotated[int, Field(ge=0, le=51, description="x264 constant rate factor (lower is better quality)")]
+VideoKbps = Annotated[int, Field(ge=100, le=100_000)]
+AudioKbps = Annotated[int, Field(ge=32, le=512)]
+Width = Annotated[int, Field(ge=16, le=7680)]
+Height = Annotated[int, Field(ge=16, le=4320)]
+MAX_INPUTS = 64
+
+
+def _check_media_file(value: str, what: str) -> str:
+    try:
+        resolve_media_path(value, what=what, kind="file", must_exist=True)
+    except UnsafePathError as exc:
+        raise ValueError(str(exc)) from None
+    return check_relative(value, what=what).as_posix()
+
+
+def _check_media_dir(value: str, what: str) -> str:
+    try:
+        resolve_media_path(value, what=what, kind="dir", must_exist=True)
+    except UnsafePathError as exc:
+        raise ValueError(str(exc)) from None
+    return check_relative(value, what=what).as_posix()
+
+
+def _check_target_dir(value: str, what: str) -> str:
+    """A directory we will create if needed: safe shape, and not a file if it exists."""
+    try:
+        resolve_media_path(value, what=what, kind="dir")
+    except UnsafePathError as exc:
+        raise ValueError(str(exc)) from None
+    return check_relative(value, what=what).as_posix()
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, str_max_length=1024, frozen=True)
+
+
+class SingleInput(Params):
+    """Types that read one video: exactly one of `input` (media-root-relative path) or `video_id`."""
+
+    input: str | None = Field(None, description="Path relative to the media root")
+    video_id: uuid.UUID | None = Field(None, description="A media-library asset")
+
+    @field_validator("input")
+    @classmethod
+    def _input_is_safe(cls, value: str | None) -> str | None:
+        return None if value is None else _check_media_file(value, "input")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.input is None) == (self.video_id is None):
+            raise ValueError("give exactly one of input (a path under the media root) or video_id")
+        return self
+
+
+class MultiInput(Params):
+    """Types that read several videos: exactly one of `inputs` or `video_ids`."""
+
+    inputs: list[str] | None = Field(None, max_length=MAX_INPUTS, description="Paths relative to the media root")
+    video_ids: list[uuid.UUID] | None = Field(None, max_length=MAX_INPUTS)
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs_are_safe(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        return [_check_media_file(item, f"inputs[{index}]") for index, item in enumerate(value)]
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.inputs is None) == (self.video_ids is None):
+            raise ValueError("give exactly one of inputs (paths under the media root) or video_ids")
+        return self
+
+    def source_count(self) -> int:
+        return len(self.inputs if self.inputs is not None else self.video_ids or [])
+
+
+class EncodeOptions(Params):
+    preset: Preset = "veryfast"
+    crf: Crf = 23
+    audio_bitrate_kbps: AudioKbps = 128
+
+
+# --- noop -------------------------------------------------------------------------------------
+
+class NoopParams(Params):
+    seconds: float = Field(0.0, ge=0, le=3600, description="How long to sleep")
+    fail_attempts: int = Field(0, ge=0, le=20, description="Fail attempts 1..N, then succeed")
+    children: int = Field(0, ge=0, le=100, description="Spawn this many noop child stages")
+
+
+# --- transcode --------------------------------------------------------------------------------
+
+class Rendition(Params):
+    height: int = Field(ge=144, le=4320, description="Lines of the shorter side: 720 means 720p, landscape or portrait")
+    video_bitrate_kbps: VideoKbps | None = Field(None, description="Peak video bitrate; default by height")
+
+    @field_validator("height")
+    @classmethod
+    def _even(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError("height must be even (H.264 4:2:0 needs even dimensions)")
+        return value
+
+
+class TranscodeParams(SingleInput, EncodeOptions):
+    ladder: list[Rendition] | None = Field(
+        None, min_length=1, max_length=8,
+        description="Renditions; default 1080/720/480/360 capped at the source resolution")
+    segment_seconds: float = Field(4.0, ge=1, le=30, description="HLS segment length (keyframe interval)")
+    thumbnail_width: Width = 640
+    thumbnail_at: Seconds | None = Field(None, description="Thumbnail position; default 25% of the duration")
+
+    @field_validator("ladder")
+    @classmethod
+    def _unique_heights(cls, value: list[Rendition] | None) -> list[Rendition] | None:
+        if value is not None and len({r.height for r in value}) != len(value):
+            raise ValueError("ladder heights must be distinct")
+        return value
+
+
+# --- library ------------------------------------------------------------------------------------
+
+class ScanParams(Params):
+    directory: str = Field("videos", description="Directory under the media root to walk")
+    recursive: bool = True
+    skip_existing: bool = Field(True, description="Do not re-validate files that already have a valid asset")
+
+    @field_validator("directory")
+    @classmethod
+    def _dir_is_safe(cls, value: str) -> str:
+        return _check_media_dir(value, "directory")
+
+
+class PublicScanParams(ScanParams):
+    directory: str = Field("public", description="Directory under the media root to walk")
+
+
+class ValidateParams(SingleInput):
+    pass
+
+
+class MoveToLibraryParams(SingleInput):
+    target_directory: str = Field("videos", description="Directory under the media root to move the file into")
+    overwrite: bool = False
+
+    @field_validator("target_directory")
+    @classmethod
+    def _target_is_safe(cls, value: str) -> str:
+        return _check_target_dir(value, "target_directory")
+
+
+# --- encode ---------------------------------------------------------------------------------------
+
+class ReencodeStreamingParams(SingleInput, EncodeOptions):
+    preset: Preset = "medium"
+    target_bitrate_kbps: VideoKbps = Field(2000, description="maxrate; bufsize is twice this")
+    max_height: int | None = Field(None, ge=144, le=4320, description="Scale down so the shorter side is at most this")
+    library_directory: str = Field("playback", description="Library directory for the encoded asset")
+
+    @field_validator("library_directory")
+    @classmethod
+    def _library_dir_is_safe(cls, value: str) -> str:
+        return _check_target_dir(value, "library_directory")
+
+
+class ThumbnailParams(SingleInput):
+    timestamp: Seconds | None = Field(None, description="Seconds into the video; default 25% of the duration")
+    width: Width = 640
+    quality: int = Field(3, ge=2, le=31, description="JPEG qscale: 2 is best, 31 worst")
+
+
+# --- compile ----------------------------------------------------------------------------------------
+
+class CompileOutput(EncodeOptions):
+    fps: int = Field(30, ge=1, le=120)
+
+
+class CompileRandomParams(CompileOutput):
+    count: int = Field(5, ge=1, le=50)
+    min_duration: Seconds = 0.0
+    max_duration: Seconds = 3600.0
+    orientation: Orientation = "any"
+    directory: str | None = Field(None, description="Only assets of this library directory")
+    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="Make the random choice repeatable")
+    width: Width | None = Field(None, description="Output width; default by orientation (1280 or 720)")
+    height: Height | None = Field(None, description="Output height; default by orientation (720 or 1280)")
+
+    @field_validator("directory")
+    @classmethod
+    def _directory_shape(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_relative(value, what="directory").as_posix()
+        except UnsafePathError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _range(self):
+        if self.min_duration > self.max_duration:
+            raise ValueError("min_duration must not exceed max_duration")
+        return self
+
+
+class CompileQuadParams(MultiInput, CompileOutput):
+    cell_width: Width = 640
+    cell_height: Height = 360
+    duration: Literal["shortest", "longest"] = "shortest"
+    audio: Literal["mix", "first", "none"] = "mix"
+
+    @model_validator(mode="after")
+    def _four(self):
+        if self.source_count() != 4:
+            raise ValueError("compile_quad takes exactly 4 videos")
+        return self
+
+
+class CompileMegaParams(MultiInput, CompileOutput):
+    layout: Literal["grid", "concat"] = "grid"
+    columns: int | None = Field(None, ge=1, le=8, description="Grid columns; default ceil(sqrt(n))")
+    cell_width: Width = 320
+    cell_height: Height = 180
+    width: Width = Field(1280, description="Concat output width")
+    height: Height = Field(720, description="Concat output height")
+    duration: Literal["shortest", "longest"] = "shortest"
+    audio: Literal["mix", "first", "none"] = "mix"
+
+    @model_validator(mode="after")
+    def _count(self):
+        if self.source_count() < 2:
+            raise ValueError("compile_mega takes at least 2 videos")
+        return self
+
+
+class CompileGifParams(SingleInput):
+    start: Seconds = 0.0
+    duration: float = Field(5.0, gt=0, le=60)
+    width: int = Field(480, ge=16, le=1920)
+    fps: int = Field(12, ge=1, le=50)
+    max_colors: int = Field(256, ge=2, le=256)
+    dither: Literal["sierra2_4a", "bayer", "floyd_steinberg", "none"] = "sierra2_4a"
+
+
+# --- analysis -------------------------------------------------------------------------------------
+
+class SceneExtractParams(SingleInput):
+    threshold: float = Field(0.3, ge=0.01, le=1.0, description="Scene-change score (0..1) that starts a new scene")
+    min_scene_seconds: float = Field(1.0, ge=0, le=600)
+    max_scenes: int = Field(100, ge=1, le=1000)
+    thumbnail_width: int = Field(320, ge=16, le=1920)
+
+
+class TimeRange(Params):
+    start: Seconds
+    end: Seconds
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.end <= self.start:
+            raise ValueError("end must be after start")
+        if self.end - self.start > 3600:
+            raise ValueError("a range may be at most 3600 seconds long")
+        return self
+
+
+class ClipGenerateParams(SingleInput, EncodeOptions):
+    ranges: list[TimeRange] | None = Field(
+        None, min_length=1, max_length=100,
+        description="Explicit ranges; default the asset's stored scenes, else detected scenes")
+    threshold: float = Field(0.3, ge=0.01, le=1.0, description="Scene threshold when scenes are detected")
+    min_clip_seconds: float = Field(1.0, ge=0, le=600, description="Skip detected scenes shorter than this")
+    max_clips: int = Field(20, ge=1, le=100)
+
+
+class SignalWeights(Params):
+    scene: float = Field(1.0, ge=0, le=10)
+    motion: float = Field(1.0, ge=0, le=10)
+    loudness: float = Field(1.0, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _some(self):
+        if self.scene + self.motion + self.loudness <= 0:
+            raise ValueError("at least one weight must be positive")
+        return self
+
+
+class SummaryParams(SingleInput, EncodeOptions):
+    target_seconds: float = Field(30.0, ge=1, le=3600)
+    segment_seconds: float = Field(3.0, ge=0.5, le=60)
+    weights: SignalWeights = Field(default_factory=SignalWeights)
+    threshold: float = Field(0.3, ge=0.01, le=1.0, description="Scene-change score counted as a cut")
+
+    @model_validator(mode="after")
+    def _segment_count(self):
+        if self.target_seconds / self.segment_seconds > 100:
+            raise ValueError("target_seconds / segment_seconds may be at most 100 segments")
+        return self
+
+
+class HighlightParams(SummaryParams):
+    pass
+
+
+class DigestParams(SummaryParams):
+    target_seconds: float = Field(60.0, ge=1, le=3600)
+    segment_seconds: float = Field(5.0, ge=0.5, le=60)
+
+
+class TagParams(SingleInput):
+    threshold: float = Field(0.3, ge=0.01, le=1.0, description="Scene-change score counted as a cut")

@@ -1,0 +1,130 @@
+"""Read-side queries of the scheduler (scheduler/sql/queries.sql), returned as dataclasses/dicts.
+
+Writes live in `scheduler.repository`; everything here is a plain SELECT.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import connection
+
+SQL_FILE = Path(__file__).resolve().parent / "sql" / "queries.sql"
+
+
+@cache
+def load_queries() -> dict[str, str]:
+    """Split queries.sql on its '-- name: x' headers into {name: sql}."""
+    queries: dict[str, str] = {}
+    for block in re.split(r"^-- name: ", SQL_FILE.read_text(), flags=re.MULTILINE)[1:]:
+        name, _, body = block.partition("\n")
+        queries[name.strip()] = body.strip().rstrip(";")
+    return queries
+
+
+def _rows(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with connection.cursor() as cursor:
+        cursor.execute(load_queries()[name], params)
+        columns = [c.name for c in cursor.description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _decode(value: Any) -> Any:
+    # Raw cursors return jsonb as text.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _stale() -> float:
+    return settings.JETENCODE["STALE_WORKER_SECONDS"]
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    job_id: UUID
+    type: str
+    group: str | None
+    stage: str | None
+    state: str
+    task_state: str | None
+    priority: int
+    position: int
+    required_worker_uid: str | None
+    assigned_worker_uid: str | None
+    paused: bool
+    attempt: int | None
+    max_attempts: int | None
+    waiting_seconds: float | None
+    available_at: datetime | None
+    can_retry: bool
+    waiting_reason: str | None
+    progress: int
+    created_at: datetime
+    cancel_requested: bool
+    resource_category: str | None
+    vram_mb: int | None
+
+
+def queue_list(
+    *, worker: str | None = None, state: str | None = None, limit: int = 100, offset: int = 0, job_id=None
+) -> list[QueueEntry]:
+    """Unfinished (and retryable failed) jobs, by group then claim order. worker='' selects pending."""
+    rows = _rows(
+        "queue_list",
+        {"stale": _stale(), "worker": worker, "state": state, "limit": limit, "offset": offset,
+         "job_id": str(job_id) if job_id else None},
+    )
+    names = {f.name for f in fields(QueueEntry)}
+    entries = []
+    for row in rows:
+        if row["waiting_seconds"] is not None:
+            row["waiting_seconds"] = float(row["waiting_seconds"])
+        entries.append(QueueEntry(**{k: v for k, v in row.items() if k in names}))
+    return entries
+
+
+def queue_entry(job_id) -> QueueEntry | None:
+    found = queue_list(job_id=job_id, limit=1)
+    return found[0] if found else None
+
+
+def queue_count(*, worker: str | None = None, state: str | None = None) -> int:
+    return _rows("queue_count", {"worker": worker, "state": state})[0]["count"]
+
+
+def workers_overview(uid: str | None = None) -> list[dict[str, Any]]:
+    rows = _rows("workers_overview", {"stale": _stale(), "uid": uid})
+    for row in rows:
+        for key in ("category_limits", "system_sample", "capabilities", "running_by_category"):
+            row[key] = _decode(row[key]) or {}
+    return rows
+
+
+def worker_active_tasks(uid: str) -> list[dict[str, Any]]:
+    rows = _rows("worker_active_tasks", {"uid": uid})
+    for row in rows:
+        row["progress_detail"] = _decode(row["progress_detail"]) or {}
+    return rows
+
+
+def stats() -> dict[str, Any]:
+    row = _rows("stats", {"stale": _stale()})[0]
+    for key in ("by_status", "running_by_category", "avg_processing_seconds_by_type", "jobs_by_type"):
+        row[key] = _decode(row[key]) or {}
+    row["avg_processing_seconds_by_type"] = {k: float(v) for k, v in row["avg_processing_seconds_by_type"].items()}
+    return row
+
+
+def queue_depth() -> list[dict[str, Any]]:
+    return _rows("queue_depth", {})
+
+
+def samples(hours: int = 6) -> list[dict[str, Any]]:
+    return _rows("samples", {"hours": hours})

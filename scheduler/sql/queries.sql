@@ -1,0 +1,145 @@
+-- Read-side queries of the scheduler: the queue list, stats and worker overview.
+-- Loaded by scheduler/queries.py; each query sits under a "-- name: <name>" header.
+
+-- name: queue_list
+-- One entry per unfinished job (plus failed jobs that can be retried), grouped by worker (assigned,
+-- else targeted; NULL = pending) and in claim order within a group. The representative task is the
+-- running one, else the next in claim order, else the failed one. waiting_reason is derived from the
+-- same predicates the claim applies.
+SELECT
+  j.id AS job_id, j.type, NULLIF(s.group_key, '') AS "group", rt.task_type AS stage, j.status AS state,
+  rt.state AS task_state, s.priority, s.position, s.required_worker_uid, s.assigned_worker_uid, s.paused,
+  rt.attempt, rt.max_attempts,
+  CASE WHEN j.status = 'pending' THEN greatest(0, extract(epoch FROM now() - rt.available_at)) END AS waiting_seconds,
+  rt.available_at, (j.status = 'failed' AND s.cancel_requested_at IS NULL) AS can_retry,
+  CASE
+    WHEN j.status NOT IN ('pending', 'retry_wait', 'paused') THEN NULL
+    WHEN s.paused THEN 'paused by an operator'
+    WHEN rt.state = 'retry_wait' AND rt.available_at > now()
+      THEN 'retry backoff after attempt ' || rt.attempt || ' until ' || to_char(rt.available_at AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC'
+    WHEN rt.state = 'blocked' THEN 'waiting for sibling stages to complete'
+    WHEN s.execution_mode = 'dedicated' AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.reservation_id = s.reservation_id AND w.lifecycle = 'active'
+             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
+      THEN 'waiting for its reserved worker'
+    WHEN coalesce(s.assigned_worker_uid, s.required_worker_uid) IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.uid = coalesce(s.assigned_worker_uid, s.required_worker_uid)
+             AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
+      THEN 'waiting for worker ' || coalesce(s.assigned_worker_uid, s.required_worker_uid) || ', which is '
+           || coalesce((SELECT CASE WHEN w.lifecycle = 'active' THEN 'not sending heartbeats' ELSE w.lifecycle END
+                          FROM queue_workers w WHERE w.uid = coalesce(s.assigned_worker_uid, s.required_worker_uid)), 'unknown')
+    WHEN NOT EXISTS (SELECT 1 FROM queue_workers w WHERE w.lifecycle = 'active'
+                       AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
+      THEN 'no active worker'
+    WHEN s.required_category IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.lifecycle = 'active'
+             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s)
+             AND coalesce((w.category_limits ->> s.required_category)::int, 0) > 0)
+      THEN 'no active worker has capacity in ' || s.required_category
+    WHEN s.required_vram_mb > 0 AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.lifecycle = 'active'
+             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s)
+             AND w.vram_total_mb >= s.required_vram_mb)
+      THEN 'needs ' || s.required_vram_mb || ' MB of VRAM; no active worker has that much'
+    WHEN rt.pool = 'media' AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.lifecycle = 'active'
+             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s)
+             AND coalesce((w.category_limits ->> rt.resource_category)::int, 0) > 0)
+      THEN 'no active worker has capacity in ' || rt.resource_category
+    WHEN rt.vram_mb > 0 AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.lifecycle = 'active'
+             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s) AND w.vram_total_mb >= rt.vram_mb)
+      THEN 'needs ' || rt.vram_mb || ' MB of VRAM; no active worker has that much'
+    WHEN coalesce(s.assigned_worker_uid, s.required_worker_uid) IS NOT NULL
+      THEN 'waiting for a free ' || rt.resource_category || ' slot on ' || coalesce(s.assigned_worker_uid, s.required_worker_uid)
+    ELSE 'waiting for a free ' || rt.resource_category || ' slot'
+  END AS waiting_reason,
+  j.progress, j.created_at, s.cancel_requested_at IS NOT NULL AS cancel_requested, rt.resource_category, rt.vram_mb
+FROM job_schedule s
+JOIN jobs j ON j.id = s.job_id
+LEFT JOIN LATERAL (
+  SELECT q.task_type, q.state, q.attempt, q.max_attempts, q.available_at, q.pool, q.resource_category, q.vram_mb
+    FROM queue_tasks q
+   WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id AND q.placement <> 'cluster'
+   ORDER BY CASE q.state WHEN 'running' THEN 0 WHEN 'pending' THEN 1 WHEN 'retry_wait' THEN 1
+                         WHEN 'blocked' THEN 2 WHEN 'failed' THEN 3 ELSE 4 END,
+            q.available_at, q.created_at, q.id
+   LIMIT 1
+) rt ON true
+WHERE (j.status IN ('pending', 'running', 'retry_wait', 'paused')
+       OR (j.status = 'failed' AND s.cancel_requested_at IS NULL))
+  AND (%(worker)s::text IS NULL OR s.group_key = %(worker)s)
+  AND (%(state)s::text IS NULL OR j.status = %(state)s)
+  AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s)
+ORDER BY NULLIF(s.group_key, '') NULLS FIRST, s.priority DESC, s.position, s.media_runnable_at, j.id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: queue_count
+SELECT count(*)
+FROM job_schedule s JOIN jobs j ON j.id = s.job_id
+WHERE (j.status IN ('pending', 'running', 'retry_wait', 'paused')
+       OR (j.status = 'failed' AND s.cancel_requested_at IS NULL))
+  AND (%(worker)s::text IS NULL OR s.group_key = %(worker)s)
+  AND (%(state)s::text IS NULL OR j.status = %(state)s);
+
+-- name: workers_overview
+-- Workers with their effective lifecycle (an active worker without a recent heartbeat is offline),
+-- utilization per pool and category and the VRAM their running tasks use.
+SELECT
+  w.uid, w.current_session_id, w.hostname, w.pid, w.version,
+  CASE WHEN w.lifecycle = 'active' AND (w.last_heartbeat_at IS NULL
+            OR w.last_heartbeat_at < now() - make_interval(secs => %(stale)s)) THEN 'offline'
+       ELSE w.lifecycle END AS lifecycle,
+  w.registered_at, w.last_heartbeat_at, w.concurrency, w.background_slots, w.category_limits, w.vram_total_mb,
+  w.system_sample, w.capabilities, w.workspace, w.reservation_id,
+  coalesce(r.media, 0) AS media_running, coalesce(r.background, 0) AS background_running,
+  coalesce(r.by_category, '{}'::jsonb) AS running_by_category, coalesce(r.vram, 0) AS vram_used_mb
+FROM queue_workers w
+LEFT JOIN LATERAL (
+  SELECT count(*) FILTER (WHERE q.pool = 'media') AS media,
+         count(*) FILTER (WHERE q.pool = 'background') AS background,
+         (SELECT jsonb_object_agg(c.resource_category, c.n) FROM (
+            SELECT q2.resource_category, count(*) AS n FROM queue_tasks q2
+             WHERE q2.state = 'running' AND q2.claimed_worker_session_id = w.current_session_id AND q2.pool = 'media'
+             GROUP BY q2.resource_category) c) AS by_category,
+         sum(q.vram_mb) FILTER (WHERE q.pool = 'media') AS vram
+    FROM queue_tasks q
+   WHERE q.state = 'running' AND q.claimed_worker_session_id = w.current_session_id
+) r ON true
+WHERE (%(uid)s::text IS NULL OR w.uid = %(uid)s)
+ORDER BY w.uid;
+
+-- name: worker_active_tasks
+SELECT q.id, q.job_id, q.task_type, q.pool, q.resource_category, q.vram_mb, q.attempt, q.max_attempts,
+       q.progress, q.progress_detail, q.started_at, q.lease_expires_at, j.type AS job_type
+FROM queue_tasks q JOIN queue_workers w ON w.current_session_id = q.claimed_worker_session_id
+JOIN jobs j ON j.id = q.job_id
+WHERE w.uid = %(uid)s AND q.state = 'running'
+ORDER BY q.started_at;
+
+-- name: stats
+SELECT
+  (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb) FROM (SELECT status, count(*) AS n FROM jobs GROUP BY status) x) AS by_status,
+  (SELECT coalesce(jsonb_object_agg(resource_category, n), '{}'::jsonb) FROM (
+     SELECT resource_category, count(*) AS n FROM queue_tasks WHERE state = 'running' AND pool = 'media'
+      GROUP BY resource_category) x) AS running_by_category,
+  (SELECT coalesce(sum(vram_mb), 0) FROM queue_tasks WHERE state = 'running' AND pool = 'media') AS vram_used_mb,
+  (SELECT coalesce(sum(vram_total_mb), 0) FROM queue_workers WHERE lifecycle = 'active'
+      AND last_heartbeat_at >= now() - make_interval(secs => %(stale)s)) AS vram_total_mb,
+  (SELECT coalesce(jsonb_object_agg(type, round(secs::numeric, 3)), '{}'::jsonb) FROM (
+     SELECT type, avg(extract(epoch FROM finished_at - started_at)) AS secs FROM jobs
+      WHERE status = 'completed' AND started_at IS NOT NULL AND finished_at > now() - interval '24 hours'
+      GROUP BY type) x) AS avg_processing_seconds_by_type,
+  (SELECT coalesce(jsonb_object_agg(type, n), '{}'::jsonb) FROM (SELECT type, count(*) AS n FROM jobs GROUP BY type) x) AS jobs_by_type,
+  (SELECT count(*) FROM jobs WHERE status = 'completed' AND finished_at > now() - interval '1 hour') AS completed_last_hour,
+  (SELECT count(*) FROM jobs WHERE status = 'failed' AND finished_at > now() - interval '1 hour') AS failed_last_hour;
+
+-- name: queue_depth
+-- Runnable and running work by task state, pool and category (for /metrics).
+SELECT state, pool, resource_category, count(*) AS n
+FROM queue_tasks WHERE state IN ('blocked', 'pending', 'retry_wait', 'running')
+GROUP BY state, pool, resource_category;
+
+-- name: samples
+SELECT at, pending, running, retry_wait, paused, completed, failed, stages_completed
+FROM queue_samples WHERE at >= now() - make_interval(hours => %(hours)s) ORDER BY at;
