@@ -1,5 +1,6 @@
 """Django settings for JetEncode. Every knob is an environment variable; see .env.example."""
 
+import os
 import secrets
 import sys
 from pathlib import Path
