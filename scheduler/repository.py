@@ -76,6 +76,20 @@ def _call(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         raise translated from exc
 
 
+def _control(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    """An operator control or enqueue: may refuse (409/422), so it runs in its own savepoint and a
+    refusal never poisons the caller's surrounding transaction."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+    except DatabaseError as exc:
+        translated = _translate(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
@@ -102,7 +116,7 @@ class NewJob:
 
 def enqueue_job(job: NewJob, *, stale_seconds: float, notify: bool = True) -> uuid.UUID:
     """Insert the job, its schedule and its dispatch task in one transaction; NOTIFY the workers."""
-    rows = _call(
+    rows = _control(
         "SELECT enqueue_job_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [
             job.job_type, json.dumps(job.params), job.priority, job.max_attempts, job.webhook_url,
@@ -115,24 +129,24 @@ def enqueue_job(job: NewJob, *, stale_seconds: float, notify: bool = True) -> uu
 
 
 def cancel(job_id) -> str:
-    return _call("SELECT cancel_job_v1(%s)", [job_id])[0][0]
+    return _control("SELECT cancel_job_v1(%s)", [job_id])[0][0]
 
 
 def pause(job_id) -> str:
-    return _call("SELECT set_paused_v1(%s, true)", [job_id])[0][0]
+    return _control("SELECT set_paused_v1(%s, true)", [job_id])[0][0]
 
 
 def resume(job_id) -> str:
-    return _call("SELECT set_paused_v1(%s, false)", [job_id])[0][0]
+    return _control("SELECT set_paused_v1(%s, false)", [job_id])[0][0]
 
 
 def set_priority(job_id, priority: int) -> str:
-    return _call("SELECT set_priority_v1(%s, %s)", [job_id, priority])[0][0]
+    return _control("SELECT set_priority_v1(%s, %s)", [job_id, priority])[0][0]
 
 
 def move(job_id, direction: str) -> int:
     """Move within the job's comparable group: up | down | top | bottom. Returns the new position."""
-    return _call("SELECT move_job_v1(%s, %s)", [job_id, direction])[0][0]
+    return _control("SELECT move_job_v1(%s, %s)", [job_id, direction])[0][0]
 
 
 def run_next(job_id) -> int:
@@ -141,20 +155,20 @@ def run_next(job_id) -> int:
 
 
 def retry(job_id) -> str:
-    return _call("SELECT retry_job_v1(%s)", [job_id])[0][0]
+    return _control("SELECT retry_job_v1(%s)", [job_id])[0][0]
 
 
 def redispatch(job_id, why: str = "redispatched by an operator") -> int:
     """Start a new execution on any worker (the old one's unfinished stages are cancelled)."""
-    return _call("SELECT redispatch_job_v1(%s, %s)", [job_id, why])[0][0]
+    return _control("SELECT redispatch_job_v1(%s, %s)", [job_id, why])[0][0]
 
 
 def reserve_job(job_id) -> uuid.UUID:
-    return _call("SELECT reserve_job_v1(%s)", [job_id])[0][0]
+    return _control("SELECT reserve_job_v1(%s)", [job_id])[0][0]
 
 
 def bind_reservation(reservation_id, worker_uid: str) -> None:
-    _call("SELECT bind_reservation_v1(%s, %s)", [reservation_id, worker_uid])
+    _control("SELECT bind_reservation_v1(%s, %s)", [reservation_id, worker_uid])
 
 
 def target_refusal(worker_uid: str, *, stale_seconds: float) -> str | None:
@@ -202,7 +216,7 @@ def set_session_lifecycle(uid: str, session_id, lifecycle: str) -> bool:
 
 
 def drain_worker(uid: str) -> str:
-    return _call("SELECT drain_worker_v1(%s)", [uid])[0][0]
+    return _control("SELECT drain_worker_v1(%s)", [uid])[0][0]
 
 
 def mark_stale_workers(stale_seconds: float) -> list[str]:

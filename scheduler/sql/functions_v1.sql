@@ -243,7 +243,7 @@ BEGIN
     vram_total_mb = EXCLUDED.vram_total_mb, lifecycle = 'active', registered_at = now(),
     last_heartbeat_at = now(), capabilities = EXCLUDED.capabilities, workspace = EXCLUDED.workspace;
   IF previous IS NOT NULL AND previous <> p_session THEN
-    UPDATE queue_tasks SET lease_expires_at = now()
+    UPDATE queue_tasks SET lease_expires_at = now() - interval '1 millisecond'
     WHERE state = 'running' AND claimed_worker_session_id = previous;
   END IF;
   RETURN previous;
@@ -578,7 +578,8 @@ BEGIN
   why := fence_reason_v1(t, s, w, p_token, p_worker, p_session);
   IF why IS NOT NULL THEN
     -- Idempotent replay: this very token already completed the task.
-    IF t.state IN ('completed', 'cancelled') AND t.lease_token = p_token AND t.claimed_worker_session_id = p_session THEN
+    IF EXISTS (SELECT 1 FROM queue_fence_audit a
+                WHERE a.task_id = p_task AND a.operation = 'finish' AND a.accepted AND a.lease_token = p_token) THEN
       RETURN QUERY SELECT t.state, 'already recorded'::text;
       RETURN;
     END IF;

@@ -1,6 +1,7 @@
 """The claim: eligibility, ordering, capacity, resource admission and placement."""
 
 import pytest
+from django.db import transaction
 from sqlhelpers import claim, job_status, lease_of, one, sql
 
 from scheduler import repository
@@ -115,7 +116,7 @@ def test_a_replaced_session_cannot_claim(make_worker_row, enqueue):
     old = make_worker_row("same")
     make_worker_row("same")
     enqueue()
-    with pytest.raises(repository.SessionSuperseded):
+    with pytest.raises(repository.SessionSuperseded), transaction.atomic():
         claim(old)
 
 
@@ -123,7 +124,7 @@ def test_the_claim_refuses_to_run_without_the_singleton(make_worker_row, enqueue
     worker = make_worker_row()
     enqueue()
     sql("DELETE FROM queue_scheduler_state")
-    with pytest.raises(Exception, match="singleton"):
+    with pytest.raises(Exception, match="singleton"), transaction.atomic():
         claim(worker)
 
 

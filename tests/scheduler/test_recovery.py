@@ -1,0 +1,109 @@
+"""Recovery by liveness, lost workers, and recovery racing a late finish."""
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+from sqlhelpers import claim, expire_lease, job_status, lease_of, one, sql, task_state
+
+from scheduler import repository
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_expired_lease_goes_to_retry_wait_once(make_worker_row, enqueue):
+    worker = make_worker_row()
+    enqueue()
+    task = claim(worker)
+    expire_lease(task.id)
+    assert repository.recover_expired() == [(task.id, "retry_wait")]
+    assert repository.recover_expired() == []
+    assert one("SELECT attempt FROM queue_tasks WHERE id = %s", [task.id]) == 1
+
+
+def test_an_exhausted_task_fails_and_queues_one_webhook_which_never_recurses(make_worker_row, enqueue):
+    worker = make_worker_row()
+    job = enqueue(max_attempts=1, webhook_url="https://example.com/hook")
+    task = claim(worker)
+    expire_lease(task.id)
+    assert repository.recover_expired() == [(task.id, "failed")]
+    assert job_status(job) == "failed"
+    webhook = claim(worker, pool="background")
+    sql("UPDATE queue_tasks SET max_attempts = 1 WHERE id = %s", [webhook.id])
+    expire_lease(webhook.id)
+    assert repository.recover_expired() == [(webhook.id, "failed")]
+    assert one("SELECT count(*) FROM queue_tasks WHERE task_type = 'webhook'") == 1
+
+
+def test_a_cancelled_jobs_expired_task_ends_cancelled(make_worker_row, enqueue):
+    worker = make_worker_row()
+    job = enqueue()
+    task = claim(worker)
+    repository.cancel(job)
+    assert job_status(job) == "running"  # the worker has not seen it yet
+    expire_lease(task.id)
+    repository.recover_expired()
+    assert task_state(task.id) == "cancelled" and job_status(job) == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recovery_skips_a_task_whose_finish_is_in_flight(make_worker_row, enqueue):
+    worker = make_worker_row()
+    enqueue()
+    task = claim(worker)
+    lease = lease_of(task, worker)
+    in_finish = threading.Event()
+    release = threading.Event()
+    outcome = {}
+
+    def finisher():
+        with transaction.atomic():
+            outcome["finish"] = repository.finish(lease).outcome
+            in_finish.set()
+            release.wait(10)
+            # The lease runs out while the finish transaction still holds the row locks.
+        connection.close()
+
+    thread = threading.Thread(target=finisher)
+    thread.start()
+    assert in_finish.wait(10)
+    expire_lease_elsewhere = threading.Thread(target=lambda: None)
+    expire_lease_elsewhere.start()
+    assert repository.recover_expired() == []  # nothing expired yet, and the row is locked anyway
+    release.set()
+    thread.join(10)
+    assert outcome["finish"] == "completed"
+    assert task_state(task.id) == "completed"
+    assert repository.recover_expired() == []
+
+
+def test_a_late_finish_after_recovery_is_rejected(make_worker_row, enqueue):
+    worker = make_worker_row()
+    enqueue()
+    task = claim(worker)
+    expire_lease(task.id)
+    repository.recover_expired()
+    assert repository.finish(lease_of(task, worker)).outcome == "rejected"
+    assert task_state(task.id) == "retry_wait"
+
+
+def test_a_lost_worker_s_job_starts_a_new_execution(make_worker_row, enqueue):
+    lost = make_worker_row("lost", concurrency=4)
+    job = enqueue()
+    dispatch = claim(lost)
+    repository.finish(lease_of(dispatch, lost), children=[repository.Child("noop", {"i": 1})])
+    sql("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = 'lost'")
+    assert repository.mark_stale_workers(60) == ["lost"]
+    assert repository.reassign_lost_jobs(300) == [(job, 2)]
+    survivor = make_worker_row("survivor")
+    fresh = claim(survivor)
+    assert fresh.job_id == job and fresh.execution_id == 2 and fresh.placement == "dispatch"
+    assert one("SELECT count(*) FROM queue_tasks WHERE job_id = %s AND execution_id = 1 AND state = 'cancelled'", [job]) == 1
+
+
+def test_re_registering_expires_the_previous_sessions_leases(make_worker_row, enqueue):
+    old = make_worker_row("box")
+    enqueue()
+    task = claim(old)
+    make_worker_row("box")
+    assert repository.recover_expired() == [(task.id, "retry_wait")]

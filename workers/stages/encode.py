@@ -1,0 +1,127 @@
+"""reencode_streaming and thumbnail_generate.
+
+    reencode_streaming (dispatch, cpu)   stage input, probe, choose encoder/resources
+      └─ reencode_streaming.encode       H.264 + AAC, +faststart (GPU category with a hardware encoder)
+           └─ library.register           add the encoded file to the media library, exactly once
+
+    thumbnail_generate (dispatch, cpu)   one JPEG; with a video_id, library.update sets the asset's thumbnail
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from jetencode.media import commands
+from workers.stages.base import PermanentFailure, StageContext, stage
+from workers.stages.common import (
+    child,
+    choose_resource,
+    encoder_of,
+    partial_path,
+    probe_media,
+    publish,
+    resolve_source,
+    run_ffmpeg,
+    stage_input,
+    stage_params,
+    throttle_for,
+    workspace_rel,
+    ws,
+)
+
+
+def safe_stem(name: str, fallback: str = "video") -> str:
+    """A file stem that is safe as an output name: letters, digits, dot, dash, underscore; no
+    leading dot or dash."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).stem).lstrip(".-_")[:100]
+    return stem or fallback
+
+
+@stage("reencode_streaming")
+def reencode_streaming(ctx: StageContext) -> dict:
+    params = stage_params(ctx, "reencode_streaming")
+    source = resolve_source(params)
+    staged = stage_input(ctx, source.path)
+    info = probe_media(staged)
+    choice = choose_resource(ctx)
+    size = None
+    short = min(info.width, info.height)
+    if params.max_height and short > params.max_height:
+        size = commands.fit_short_side(info.width, info.height, params.max_height)
+    stem = safe_stem(source.path.name)
+    ctx.spawn_child(child("reencode_streaming.encode", {
+        "input": workspace_rel(ctx, staged), "encoder": choice.encoder, "preset": params.preset, "crf": params.crf,
+        "target_bitrate_kbps": params.target_bitrate_kbps, "audio_bitrate_kbps": params.audio_bitrate_kbps,
+        "size": list(size) if size else None, "duration": info.duration_seconds, "output_name": f"{stem}.mp4",
+        "library_path": f"{params.library_directory}/{stem}-{str(ctx.job_id)[:8]}.mp4",
+        "library_directory": params.library_directory, "title": Path(source.rel_path).stem,
+        "source_video_id": source.video_id,
+    }, resource=choice, duration=info.duration_seconds))
+    ctx.progress(100.0)
+    return {"source": {k: v for k, v in info.to_dict().items() if k != "path"}, "resource": choice.as_dict()}
+
+
+@stage("reencode_streaming.encode")
+def reencode_streaming_encode(ctx: StageContext) -> dict:
+    p = ctx.payload
+    src = ws(ctx, p["input"])
+    name = str(p["output_name"])
+    if name != safe_stem(name) + ".mp4":
+        raise PermanentFailure(f"bad output name {name!r}")
+    out_dir = Path(ctx.workspace) / "reencode"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / name
+    partial = partial_path(final)
+    argv = commands.reencode_streaming(
+        src, partial, encoder=encoder_of(p), preset=p["preset"], crf=int(p["crf"]),
+        target_bitrate_kbps=int(p["target_bitrate_kbps"]), audio_kbps=int(p["audio_bitrate_kbps"]),
+        size=tuple(p["size"]) if p.get("size") else None,
+    )
+    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
+    os.replace(partial, final)
+    info = probe_media(final)
+    # A second name for the same bytes: publication moves `final` out of the workspace, and
+    # library.register (which runs only if this stage's finish is accepted) copies from this one.
+    library_copy = out_dir / "library.mp4"
+    library_copy.unlink(missing_ok=True)
+    try:
+        os.link(final, library_copy)
+    except OSError:
+        shutil.copyfile(final, library_copy)
+    publish(ctx, final, name)
+    ctx.spawn_child(child("library.register", {
+        "source": workspace_rel(ctx, library_copy), "path": p["library_path"],
+        "directory": p["library_directory"], "title": p.get("title") or Path(name).stem,
+        "metadata": info.asset_fields(),
+    }))
+    ctx.progress(100.0)
+    return {"output": name, "width": info.width, "height": info.height, "bitrate": info.bitrate,
+            "duration_seconds": info.duration_seconds, "library_path": p["library_path"]}
+
+
+@stage("thumbnail_generate")
+def thumbnail_generate(ctx: StageContext) -> dict:
+    """Cheap enough to do in the dispatch stage; it reads the (re-checked) source in place."""
+    params = stage_params(ctx, "thumbnail_generate")
+    source = resolve_source(params)
+    info = probe_media(source.path)
+    at = params.timestamp if params.timestamp is not None else info.duration_seconds * 0.25
+    at = min(at, max(0.0, info.duration_seconds - 0.1))
+    final = Path(ctx.workspace) / "thumbnail" / "thumbnail.jpg"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = partial_path(final)
+    partial.unlink(missing_ok=True)
+    argv = commands.thumbnail(source.path, partial, timestamp=at, width=params.width, quality=params.quality)
+    run_ffmpeg(ctx, argv, duration=None, throttle=None, what="thumbnail")
+    if not partial.exists():
+        raise PermanentFailure(f"no frame at {at:.3f}s")
+    os.replace(partial, final)
+    publish(ctx, final, "thumbnail.jpg", extra={"timestamp": round(at, 3)})
+    if source.video_id:
+        ctx.spawn_child(child("library.update", {
+            "video_id": source.video_id, "fields": {"thumbnail": f"{ctx.job_id}/thumbnail.jpg"}}))
+    ctx.progress(100.0)
+    return {"output": "thumbnail.jpg", "timestamp": round(at, 3)}
