@@ -23,7 +23,9 @@ class Job(models.Model):
     type = models.TextField()
     params = models.JSONField(default=dict)
     status = models.TextField(default="pending", choices=[(s, s) for s in JOB_STATUSES])
-    priority = models.IntegerField(default=0, help_text="As requested at creation; the live value is on the schedule.")
+    priority = models.IntegerField(
+        default=0, help_text="As requested at creation; the live value is on the schedule."
+    )
     max_attempts = models.IntegerField(default=4)
     hardware = models.TextField(default="auto", choices=[(h, h) for h in HARDWARE_CHOICES])
     resource_category = models.TextField(null=True, blank=True, help_text="Override for GPU-capable stages")
@@ -51,8 +53,12 @@ class Job(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(status__in=JOB_STATUSES), name="jobs_status_valid"),
-            models.CheckConstraint(condition=models.Q(progress__gte=0, progress__lte=100), name="jobs_progress_range"),
-            models.CheckConstraint(condition=models.Q(hardware__in=HARDWARE_CHOICES), name="jobs_hardware_valid"),
+            models.CheckConstraint(
+                condition=models.Q(progress__gte=0, progress__lte=100), name="jobs_progress_range"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(hardware__in=HARDWARE_CHOICES), name="jobs_hardware_valid"
+            ),
             models.CheckConstraint(
                 condition=models.Q(max_attempts__gte=1, max_attempts__lte=20), name="jobs_max_attempts_range"
             ),
@@ -95,7 +101,9 @@ class MediaAsset(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     path = models.TextField(unique=True, help_text="Relative to JETENCODE_MEDIA_ROOT")
     title = models.TextField(blank=True, default="")
-    directory = models.TextField(blank=True, default="", help_text="Library directory (videos, public, inbox...)")
+    directory = models.TextField(
+        blank=True, default="", help_text="Library directory (videos, public, inbox...)"
+    )
     size_bytes = models.BigIntegerField(default=0)
     duration_seconds = models.FloatField(null=True, blank=True)
     width = models.IntegerField(null=True, blank=True)
@@ -136,14 +144,18 @@ class ApiToken(models.Model):
     name = models.TextField(blank=True, default="")
     scope = models.TextField(choices=SCOPES, default="read")
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    prefix = models.CharField(max_length=12, editable=False, help_text="First characters, to recognise a token")
+    prefix = models.CharField(
+        max_length=12, editable=False, help_text="First characters, to recognise a token"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked = models.BooleanField(default=False)
 
     class Meta:
         db_table = "api_tokens"
-        constraints = [models.CheckConstraint(condition=models.Q(scope__in=["read", "operate"]), name="api_tokens_scope")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(scope__in=["read", "operate"]), name="api_tokens_scope")
+        ]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user}, {self.scope})"
@@ -151,5 +163,7 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, user, scope: str = "read", name: str = "") -> tuple["ApiToken", str]:
         raw = "jet_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, scope=scope, name=name, token_hash=hash_token(raw), prefix=raw[:12])
+        token = cls.objects.create(
+            user=user, scope=scope, name=name, token_hash=hash_token(raw), prefix=raw[:12]
+        )
         return token, raw

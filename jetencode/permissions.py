@@ -9,7 +9,12 @@ def can_operate(user) -> bool:
 
 
 def can_view(user) -> bool:
-    return bool(user and user.is_authenticated and user.is_active and (user.is_superuser or user.has_perm("jetencode.view_job")))
+    return bool(
+        user
+        and user.is_authenticated
+        and user.is_active
+        and (user.is_superuser or user.has_perm("jetencode.view_job"))
+    )
 
 
 def ensure_groups(apps=None) -> None:
@@ -32,9 +37,13 @@ def ensure_groups(apps=None) -> None:
     Group = apps.get_model("auth", "Group")
     Permission = apps.get_model("auth", "Permission")
     view = list(
-        Permission.objects.filter(content_type__app_label="jetencode", codename__in=[f"view_{m}" for m in VIEW_MODELS])
+        Permission.objects.filter(
+            content_type__app_label="jetencode", codename__in=[f"view_{m}" for m in VIEW_MODELS]
+        )
     )
     viewers, _ = Group.objects.get_or_create(name="Viewers")
     viewers.permissions.add(*view)
     operators, _ = Group.objects.get_or_create(name="Operators")
-    operators.permissions.add(*view, Permission.objects.get(content_type__app_label="jetencode", codename="operate_queue"))
+    operators.permissions.add(
+        *view, Permission.objects.get(content_type__app_label="jetencode", codename="operate_queue")
+    )

@@ -75,14 +75,18 @@ TEMPLATES = [
 ]
 
 # --- Database: PostgreSQL only (row locks, SKIP LOCKED and LISTEN/NOTIFY are the scheduler) ---
-APPLICATION_NAME = envstr("JETENCODE_APPLICATION_NAME", "jetencode-" + (sys.argv[1] if len(sys.argv) > 1 else "web"))[:63]
+APPLICATION_NAME = envstr(
+    "JETENCODE_APPLICATION_NAME", "jetencode-" + (sys.argv[1] if len(sys.argv) > 1 else "web")
+)[:63]
 DATABASE_URL = envstr("DATABASE_URL")
 if DATABASE_URL:
     _db = dj_database_url.parse(DATABASE_URL)
     if not _db["ENGINE"].endswith("postgresql"):
         from django.core.exceptions import ImproperlyConfigured
 
-        raise ImproperlyConfigured("DATABASE_URL must be a postgresql:// URL: JetEncode runs on PostgreSQL only")
+        raise ImproperlyConfigured(
+            "DATABASE_URL must be a postgresql:// URL: JetEncode runs on PostgreSQL only"
+        )
 else:
     from jetencode import embedded_db
 

@@ -64,10 +64,15 @@ class JobSchedule(models.Model):
     class Meta:
         db_table = "job_schedule"
         constraints = [
-            models.CheckConstraint(condition=Q(execution_mode__in=["shared", "dedicated"]), name="schedule_mode_valid"),
-            models.CheckConstraint(condition=Q(priority__gte=-1000, priority__lte=1000), name="schedule_priority_range"),
             models.CheckConstraint(
-                condition=Q(execution_mode="shared") | Q(reservation_id__isnull=False), name="schedule_dedicated_has_reservation"
+                condition=Q(execution_mode__in=["shared", "dedicated"]), name="schedule_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=-1000, priority__lte=1000), name="schedule_priority_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(execution_mode="shared") | Q(reservation_id__isnull=False),
+                name="schedule_dedicated_has_reservation",
             ),
         ]
         indexes = [
@@ -93,7 +98,9 @@ class QueueTask(models.Model):
     execution_id = models.IntegerField()
     task_type = models.TextField()
     payload = models.JSONField(default=dict)
-    parent_task = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False)
+    parent_task = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+    )
     dedupe_key = models.TextField()
     wait_for_siblings = models.BooleanField(default=False)
     placement = models.TextField(default="job")
@@ -127,13 +134,23 @@ class QueueTask(models.Model):
             models.CheckConstraint(condition=Q(state__in=TASK_STATES), name="task_state_valid"),
             models.CheckConstraint(condition=Q(placement__in=PLACEMENTS), name="task_placement_valid"),
             models.CheckConstraint(condition=Q(pool__in=POOLS), name="task_pool_valid"),
-            models.CheckConstraint(condition=Q(resource_category__in=RESOURCE_CATEGORIES), name="task_category_valid"),
-            models.CheckConstraint(condition=Q(attempt__gte=0) & Q(attempt__lte=F("max_attempts")), name="task_attempt_range"),
+            models.CheckConstraint(
+                condition=Q(resource_category__in=RESOURCE_CATEGORIES), name="task_category_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt__gte=0) & Q(attempt__lte=F("max_attempts")), name="task_attempt_range"
+            ),
             models.CheckConstraint(condition=Q(vram_mb__gte=0), name="task_vram_nonnegative"),
-            models.CheckConstraint(condition=Q(progress__gte=0, progress__lte=100), name="task_progress_range"),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0, progress__lte=100), name="task_progress_range"
+            ),
             models.CheckConstraint(
                 condition=~Q(state="running")
-                | (Q(lease_token__isnull=False) & Q(lease_expires_at__isnull=False) & Q(claimed_worker_session_id__isnull=False)),
+                | (
+                    Q(lease_token__isnull=False)
+                    & Q(lease_expires_at__isnull=False)
+                    & Q(claimed_worker_session_id__isnull=False)
+                ),
                 name="task_running_has_lease",
             ),
             models.UniqueConstraint(fields=["job", "execution_id", "dedupe_key"], name="task_dedupe_once"),
@@ -146,9 +163,15 @@ class QueueTask(models.Model):
                 condition=Q(state__in=["pending", "retry_wait"]),
             ),
             # The capacity guard: running tasks of one worker session.
-            models.Index(fields=["claimed_worker_session_id"], name="task_running_by_session", condition=Q(state="running")),
+            models.Index(
+                fields=["claimed_worker_session_id"],
+                name="task_running_by_session",
+                condition=Q(state="running"),
+            ),
             # Recovery: expired leases.
-            models.Index(fields=["lease_expires_at"], name="task_running_lease", condition=Q(state="running")),
+            models.Index(
+                fields=["lease_expires_at"], name="task_running_lease", condition=Q(state="running")
+            ),
             # The background slot walks runnable background tasks directly (low volume).
             models.Index(
                 fields=["available_at", "id"],
@@ -157,7 +180,9 @@ class QueueTask(models.Model):
             ),
             models.Index(fields=["job", "execution_id", "state"], name="task_job_state"),
             models.Index(fields=["parent_task"], name="task_parent", condition=Q(parent_task__isnull=False)),
-            models.Index(fields=["finished_at"], name="task_finished", condition=Q(finished_at__isnull=False)),
+            models.Index(
+                fields=["finished_at"], name="task_finished", condition=Q(finished_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -246,7 +271,8 @@ class QueueReservation(models.Model):
         db_table = "queue_reservations"
         constraints = [
             models.CheckConstraint(
-                condition=Q(state__in=["requested", "bound", "released", "failed"]), name="reservation_state_valid"
+                condition=Q(state__in=["requested", "bound", "released", "failed"]),
+                name="reservation_state_valid",
             )
         ]
 

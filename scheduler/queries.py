@@ -73,13 +73,30 @@ class QueueEntry:
 
 
 def queue_list(
-    *, worker: str | None = None, state: str | None = None, limit: int = 100, offset: int = 0, job_id=None
+    *,
+    worker: str | None = None,
+    state: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    job_id=None,
+    include_finished: bool = False,
 ) -> list[QueueEntry]:
-    """Unfinished (and retryable failed) jobs, by group then claim order. worker='' selects pending."""
+    """Unfinished (and retryable failed) jobs, by group then claim order. worker='' selects pending.
+
+    include_finished also returns jobs that have left the queue (completed, cancelled...): with
+    job_id it builds the entry of any job, which is what a queue action answers with.
+    """
     rows = _rows(
         "queue_list",
-        {"stale": _stale(), "worker": worker, "state": state, "limit": limit, "offset": offset,
-         "job_id": str(job_id) if job_id else None},
+        {
+            "stale": _stale(),
+            "worker": worker,
+            "state": state,
+            "limit": limit,
+            "offset": offset,
+            "job_id": str(job_id) if job_id else None,
+            "include_finished": include_finished,
+        },
     )
     names = {f.name for f in fields(QueueEntry)}
     entries = []
@@ -90,8 +107,8 @@ def queue_list(
     return entries
 
 
-def queue_entry(job_id) -> QueueEntry | None:
-    found = queue_list(job_id=job_id, limit=1)
+def queue_entry(job_id, *, include_finished: bool = False) -> QueueEntry | None:
+    found = queue_list(job_id=job_id, limit=1, include_finished=include_finished)
     return found[0] if found else None
 
 
@@ -118,7 +135,9 @@ def stats() -> dict[str, Any]:
     row = _rows("stats", {"stale": _stale()})[0]
     for key in ("by_status", "running_by_category", "avg_processing_seconds_by_type", "jobs_by_type"):
         row[key] = _decode(row[key]) or {}
-    row["avg_processing_seconds_by_type"] = {k: float(v) for k, v in row["avg_processing_seconds_by_type"].items()}
+    row["avg_processing_seconds_by_type"] = {
+        k: float(v) for k, v in row["avg_processing_seconds_by_type"].items()
+    }
     return row
 
 
@@ -128,3 +147,29 @@ def queue_depth() -> list[dict[str, Any]]:
 
 def samples(hours: int = 6) -> list[dict[str, Any]]:
     return _rows("samples", {"hours": hours})
+
+
+def task_log_tails(job_id, lines: int = 20) -> dict[int, list[dict[str, Any]]]:
+    """{task id: its last `lines` stage-log lines ({"at", "message"}), oldest first} for one job."""
+    tails: dict[int, list[dict[str, Any]]] = {}
+    for row in _rows("task_log_tails", {"job_id": str(job_id), "lines": lines}):
+        tails.setdefault(row["task_id"], []).append({"at": row["at"], "message": row["message"]})
+    return tails
+
+
+def metrics_scalars(stuck_after_seconds: float) -> dict[str, Any]:
+    return _rows("metrics_scalars", {"stuck_after": stuck_after_seconds})[0]
+
+
+def claim_latency_histogram(buckets: list[float]) -> dict[str, Any]:
+    row = _rows("claim_latency_histogram", {"buckets": buckets})[0]
+    row["buckets"] = list(row["buckets"] or [0] * len(buckets))
+    return row
+
+
+def stage_duration_histogram(buckets: list[float]) -> list[dict[str, Any]]:
+    return _rows("stage_duration_histogram", {"buckets": buckets})
+
+
+def workers_by_lifecycle() -> dict[str, int]:
+    return {row["lifecycle"]: row["n"] for row in _rows("workers_by_lifecycle", {"stale": _stale()})}

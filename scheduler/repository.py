@@ -119,10 +119,21 @@ def enqueue_job(job: NewJob, *, stale_seconds: float, notify: bool = True) -> uu
     rows = _control(
         "SELECT enqueue_job_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [
-            job.job_type, json.dumps(job.params), job.priority, job.max_attempts, job.webhook_url,
-            job.required_worker_uid, job.hardware, job.resource_category, job.vram_mb,
-            job.required_category, job.required_vram_mb, job.timeout_seconds, job.created_by,
-            stale_seconds, notify,
+            job.job_type,
+            json.dumps(job.params),
+            job.priority,
+            job.max_attempts,
+            job.webhook_url,
+            job.required_worker_uid,
+            job.hardware,
+            job.resource_category,
+            job.vram_mb,
+            job.required_category,
+            job.required_vram_mb,
+            job.timeout_seconds,
+            job.created_by,
+            stale_seconds,
+            notify,
         ],
     )
     return rows[0][0]
@@ -199,8 +210,17 @@ def register_worker(reg: WorkerRegistration) -> uuid.UUID | None:
     return _call(
         "SELECT register_worker_v1(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s)",
         [
-            reg.uid, reg.session_id, reg.hostname, reg.pid, reg.version, reg.concurrency, reg.background_slots,
-            json.dumps(reg.category_limits), reg.vram_total_mb, json.dumps(reg.capabilities), reg.workspace,
+            reg.uid,
+            reg.session_id,
+            reg.hostname,
+            reg.pid,
+            reg.version,
+            reg.concurrency,
+            reg.background_slots,
+            json.dumps(reg.category_limits),
+            reg.vram_total_mb,
+            json.dumps(reg.capabilities),
+            reg.workspace,
         ],
     )[0][0]
 
@@ -296,10 +316,15 @@ def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> Claim
     return ClaimedTask(*row)
 
 
-def heartbeat_tasks(worker_uid: str, session_id, leases: Iterable[Lease], lease_seconds: float) -> list[TaskHeartbeat]:
+def heartbeat_tasks(
+    worker_uid: str, session_id, leases: Iterable[Lease], lease_seconds: float
+) -> list[TaskHeartbeat]:
     """Renew every lease of the session in one statement (each fenced on its own)."""
     body = json.dumps([{"id": lease.task_id, "token": str(lease.lease_token)} for lease in leases])
-    rows = _call("SELECT * FROM heartbeat_tasks_v1(%s, %s, %s::jsonb, %s)", [worker_uid, session_id, body, lease_seconds])
+    rows = _call(
+        "SELECT * FROM heartbeat_tasks_v1(%s, %s, %s::jsonb, %s)",
+        [worker_uid, session_id, body, lease_seconds],
+    )
     return [TaskHeartbeat(*row) for row in rows]
 
 

@@ -18,7 +18,11 @@ def _reseed_migration_rows(request):
     if marker is None:
         yield
         return
-    transactional = marker.kwargs.get("transaction", False) or "transactional_db" in request.fixturenames or "live_server" in request.fixturenames
+    transactional = (
+        marker.kwargs.get("transaction", False)
+        or "transactional_db" in request.fixturenames
+        or "live_server" in request.fixturenames
+    )
     request.getfixturevalue("transactional_db" if transactional else "db")
     with connection.cursor() as cursor:
         cursor.execute(
@@ -53,10 +57,17 @@ def make_worker_row():
         session = uuid.uuid4()
         repository.register_worker(
             repository.WorkerRegistration(
-                uid=uid, session_id=session, hostname="test", pid=os.getpid(), version="test",
-                concurrency=concurrency, background_slots=background_slots,
-                category_limits=limits or {"cpu": concurrency}, vram_total_mb=vram,
-                capabilities={}, workspace="/tmp",
+                uid=uid,
+                session_id=session,
+                hostname="test",
+                pid=os.getpid(),
+                version="test",
+                concurrency=concurrency,
+                background_slots=background_slots,
+                category_limits=limits or {"cpu": concurrency},
+                vram_total_mb=vram,
+                capabilities={},
+                workspace="/tmp",
             )
         )
         return uid, session

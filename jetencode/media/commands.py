@@ -330,17 +330,20 @@ LOUDNESS_FILE = "loudness.txt"
 
 
 def scene_detect(src: Path, *, threshold: float, min_scene_seconds: float, max_scenes: int, thumb_width: int,
-                 ffmpeg: str | None = None) -> list[str]:
+                 with_images: bool = True, ffmpeg: str | None = None) -> list[str]:
     """Scene starts with a keyframe JPEG each, in one decoding pass. Run with cwd = the output
-    directory: it writes SCENE_METADATA_FILE (pts_time + lavfi.scene_score per selected frame) and
-    SCENE_IMAGE_PATTERN there. The first frame always starts scene 1; a later frame starts a scene
-    when its scene-change score exceeds `threshold` and the current scene is at least
-    `min_scene_seconds` long."""
+    directory: it writes SCENE_METADATA_FILE (pts_time + lavfi.scene_score per selected frame) and,
+    with `with_images`, SCENE_IMAGE_PATTERN there. The first frame always starts scene 1; a later
+    frame starts a scene when its scene-change score exceeds `threshold` and the current scene is
+    at least `min_scene_seconds` long."""
     select = (f"select='isnan(prev_selected_t)+gt(scene,{_num(threshold)})"
               f"*gte(t-prev_selected_t,{_num(min_scene_seconds)})'")
-    graph = f"{select},metadata=mode=print:file={SCENE_METADATA_FILE},scale={int(thumb_width)}:-2"
-    return base_args(ffmpeg) + [
-        "-i", _path(src), "-map", "0:v:0", "-an", "-sn", "-vf", graph, "-fps_mode", "vfr",
+    graph = f"{select},metadata=mode=print:file={SCENE_METADATA_FILE}"
+    argv = base_args(ffmpeg) + ["-i", _path(src), "-map", "0:v:0", "-an", "-sn"]
+    if not with_images:
+        return argv + ["-vf", graph, "-f", "null", "-"]
+    return argv + [
+        "-vf", f"{graph},scale={int(thumb_width)}:-2", "-fps_mode", "vfr",
         "-frames:v", str(int(max_scenes)), "-q:v", "3", "-f", "image2", SCENE_IMAGE_PATTERN,
     ]
 

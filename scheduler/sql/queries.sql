@@ -3,7 +3,8 @@
 
 -- name: queue_list
 -- One entry per unfinished job (plus failed jobs that can be retried), grouped by worker (assigned,
--- else targeted; NULL = pending) and in claim order within a group. The representative task is the
+-- else targeted; NULL = pending) and in claim order within a group. include_finished (used with
+-- job_id) builds the same entry for a job that has left the queue, e.g. after a cancel. The representative task is the
 -- running one, else the next in claim order, else the failed one. waiting_reason is derived from the
 -- same predicates the claim applies.
 SELECT
@@ -67,7 +68,8 @@ LEFT JOIN LATERAL (
    LIMIT 1
 ) rt ON true
 WHERE (j.status IN ('pending', 'running', 'retry_wait', 'paused')
-       OR (j.status = 'failed' AND s.cancel_requested_at IS NULL))
+       OR (j.status = 'failed' AND s.cancel_requested_at IS NULL)
+       OR %(include_finished)s)
   AND (%(worker)s::text IS NULL OR s.group_key = %(worker)s)
   AND (%(state)s::text IS NULL OR j.status = %(state)s)
   AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s)
@@ -143,3 +145,65 @@ GROUP BY state, pool, resource_category;
 -- name: samples
 SELECT at, pending, running, retry_wait, paused, completed, failed, stages_completed
 FROM queue_samples WHERE at >= now() - make_interval(hours => %(hours)s) ORDER BY at;
+
+-- name: task_log_tails
+-- The last %(lines)s stage-log lines of every task of one job (all executions), oldest first.
+SELECT x.task_id, x.at, x.message
+FROM (
+  SELECT l.task_id, l.id, l.at, l.message, row_number() OVER (PARTITION BY l.task_id ORDER BY l.id DESC) AS rn
+    FROM queue_task_logs l JOIN queue_tasks q ON q.id = l.task_id
+   WHERE q.job_id = %(job_id)s
+) x
+WHERE x.rn <= %(lines)s
+ORDER BY x.task_id, x.id;
+
+-- name: metrics_scalars
+-- Everything /metrics reports as a single number, read at scrape time. The *_total values count
+-- rows of the append-only fence audit (retention purges old rows: Prometheus sees a counter reset).
+SELECT
+  (SELECT count(*) FROM queue_fence_audit WHERE NOT accepted) AS stale_writes_rejected,
+  (SELECT count(*) FROM queue_fence_audit WHERE accepted AND operation = 'recover') AS recoveries,
+  (SELECT count(*) FROM queue_fence_audit
+    WHERE accepted AND ((operation = 'fail' AND reason = 'retry_wait')
+                        OR (operation = 'recover' AND reason LIKE 'retry\_wait:%%'))) AS retries,
+  -- The longest any runnable, unpaused job has been waiting for a slot (0 when none waits).
+  (SELECT coalesce(extract(epoch FROM now() - min(least(media_runnable_at, background_runnable_at))), 0)
+     FROM job_schedule WHERE least(media_runnable_at, background_runnable_at) <= now()) AS oldest_pending_seconds,
+  (SELECT count(*) FROM queue_tasks
+    WHERE state = 'running' AND lease_expires_at < now() - make_interval(secs => %(stuck_after)s)) AS stuck_running,
+  (SELECT extract(epoch FROM last_recovery_at) FROM queue_scheduler_state WHERE id = 1) AS last_recovery_at;
+
+-- name: claim_latency_histogram
+-- Cumulative bucket counts of (claim time - time the task became runnable) for tasks claimed in
+-- the last five minutes: running ones and ones that have finished since.
+WITH d AS (
+  SELECT greatest(0, extract(epoch FROM started_at - available_at))::float8 AS s
+    FROM queue_tasks
+   WHERE started_at >= now() - interval '5 minutes'
+     AND (state = 'running' OR finished_at >= now() - interval '5 minutes')
+)
+SELECT (SELECT count(*) FROM d) AS n, (SELECT coalesce(sum(s), 0) FROM d)::float8 AS total,
+       (SELECT array_agg(c ORDER BY le) FROM (
+          SELECT b.le, (SELECT count(*) FROM d WHERE d.s <= b.le) AS c
+            FROM unnest(%(buckets)s::float8[]) AS b(le)) x) AS buckets;
+
+-- name: stage_duration_histogram
+-- Per task type, cumulative bucket counts of (finished - started) for tasks finished in the last hour.
+WITH d AS (
+  SELECT task_type, greatest(0, extract(epoch FROM finished_at - started_at))::float8 AS s
+    FROM queue_tasks
+   WHERE finished_at >= now() - interval '1 hour' AND started_at IS NOT NULL
+)
+SELECT t.task_type, t.n, t.total,
+       (SELECT array_agg(c ORDER BY le) FROM (
+          SELECT b.le, (SELECT count(*) FROM d WHERE d.task_type = t.task_type AND d.s <= b.le) AS c
+            FROM unnest(%(buckets)s::float8[]) AS b(le)) x) AS buckets
+FROM (SELECT task_type, count(*) AS n, sum(s)::float8 AS total FROM d GROUP BY task_type) t
+ORDER BY t.task_type;
+
+-- name: workers_by_lifecycle
+-- Effective lifecycle, as workers_overview computes it (an active worker without a recent heartbeat is offline).
+SELECT CASE WHEN lifecycle = 'active' AND (last_heartbeat_at IS NULL
+                 OR last_heartbeat_at < now() - make_interval(secs => %(stale)s)) THEN 'offline'
+            ELSE lifecycle END AS lifecycle, count(*) AS n
+FROM queue_workers GROUP BY 1;

@@ -20,7 +20,9 @@ def test_identical_siblings_stay_distinct_and_a_stale_parent_adds_none(make_work
     same = [repository.Child("noop", {"seconds": 0}), repository.Child("noop", {"seconds": 0})]
     assert repository.finish(lease_of(second, worker), children=same).outcome == "completed"
     assert repository.finish(lease_of(first, worker), children=same).outcome == "rejected"
-    payloads = sql("SELECT payload->>'index' FROM queue_tasks WHERE parent_task_id = %s ORDER BY 1", [first.id])
+    payloads = sql(
+        "SELECT payload->>'index' FROM queue_tasks WHERE parent_task_id = %s ORDER BY 1", [first.id]
+    )
     assert [p[0] for p in payloads] == ["0", "1"]
 
 
@@ -41,7 +43,9 @@ def test_the_database_refuses_a_duplicate_dedupe_key(make_worker_row, enqueue):
         )
 
 
-@pytest.mark.parametrize(("attempt", "seconds"), [(1, 15), (2, 16), (3, 31), (4, 96), (8, 2416), (9, 3600), (50, 3600)])
+@pytest.mark.parametrize(
+    ("attempt", "seconds"), [(1, 15), (2, 16), (3, 31), (4, 96), (8, 2416), (9, 3600), (50, 3600)]
+)
 def test_the_retry_curve(attempt, seconds):
     assert one("SELECT extract(epoch FROM retry_delay_v1(%s))", [attempt]) == seconds
 
@@ -52,9 +56,15 @@ def test_a_failure_is_retried_with_backoff_then_fails_for_good(make_worker_row, 
     task = claim(worker)
     assert repository.fail(lease_of(task, worker), "first").outcome == "retry_wait"
     assert job_status(job) == "retry_wait"
-    delay = one("SELECT extract(epoch FROM available_at - finished_at) FROM queue_tasks WHERE id = %s", [task.id])
+    delay = one(
+        "SELECT extract(epoch FROM available_at - finished_at) FROM queue_tasks WHERE id = %s", [task.id]
+    )
     assert delay is None  # retry_wait keeps no finish time
-    assert 14 <= one("SELECT extract(epoch FROM available_at - now()) FROM queue_tasks WHERE id = %s", [task.id]) <= 15
+    assert (
+        14
+        <= one("SELECT extract(epoch FROM available_at - now()) FROM queue_tasks WHERE id = %s", [task.id])
+        <= 15
+    )
     assert claim(worker) is None  # backoff
     make_available(task.id)
     again = claim(worker)
@@ -76,7 +86,9 @@ def test_manual_retry_resets_failed_stages_and_notifies_again(make_worker_row, e
     worker = make_worker_row(concurrency=4)
     job = enqueue(max_attempts=1, webhook_url="https://example.com/hook")
     dispatch = claim(worker)
-    repository.finish(lease_of(dispatch, worker), children=[repository.Child("noop", {"i": i}) for i in range(2)])
+    repository.finish(
+        lease_of(dispatch, worker), children=[repository.Child("noop", {"i": i}) for i in range(2)]
+    )
     a, b = claim(worker), claim(worker)
     repository.finish(lease_of(a, worker))
     repository.fail(lease_of(b, worker), "boom")
@@ -92,7 +104,10 @@ def test_manual_retry_resets_failed_stages_and_notifies_again(make_worker_row, e
     assert again.id == b.id and again.attempt == 1
     repository.finish(lease_of(again, worker))
     assert job_status(job) == "completed"
-    events = sql("SELECT payload->>'event', payload->>'manual_retry' FROM queue_tasks WHERE job_id = %s AND task_type = 'webhook' ORDER BY id", [job])
+    events = sql(
+        "SELECT payload->>'event', payload->>'manual_retry' FROM queue_tasks WHERE job_id = %s AND task_type = 'webhook' ORDER BY id",
+        [job],
+    )
     assert events == [("job.failed", "0"), ("job.completed", "1")]
     with pytest.raises(repository.ActionNotAllowed):
         repository.retry(job)
@@ -102,8 +117,11 @@ def test_a_stage_waiting_for_its_siblings_runs_after_all_of_them(make_worker_row
     worker = make_worker_row(concurrency=4)
     enqueue()
     dispatch = claim(worker)
-    children = [repository.Child("noop", {"i": 0}), repository.Child("noop", {"i": 1}),
-                repository.Child("noop", {"join": True}, wait_for_siblings=True)]
+    children = [
+        repository.Child("noop", {"i": 0}),
+        repository.Child("noop", {"i": 1}),
+        repository.Child("noop", {"join": True}, wait_for_siblings=True),
+    ]
     repository.finish(lease_of(dispatch, worker), children=children)
     first, second = claim(worker), claim(worker)
     assert claim(worker) is None  # the join waits

@@ -54,7 +54,9 @@ def test_the_capacity_guard_counts_the_sessions_running_tasks(make_worker_row, e
 def _gpu_children(worker, count, vram):
     """Finish a dispatch that publishes `count` gpu_encode stages needing `vram` MB each."""
     task = claim(worker)
-    children = [repository.Child("noop", {"n": i}, resource_category="gpu_encode", vram_mb=vram) for i in range(count)]
+    children = [
+        repository.Child("noop", {"n": i}, resource_category="gpu_encode", vram_mb=vram) for i in range(count)
+    ]
     assert repository.finish(lease_of(task, worker), children=children).outcome == "completed"
     return task.job_id
 

@@ -39,7 +39,10 @@ def test_an_old_token_is_rejected_after_the_task_was_reclaimed(make_worker_row, 
     assert not any(outcomes.values()), outcomes
     assert _children_of(first.id) == 0
     assert task_state(first.id) == "running"  # still the second attempt's
-    reasons = {r[0] for r in sql("SELECT reason FROM queue_fence_audit WHERE NOT accepted AND task_id = %s", [first.id])}
+    reasons = {
+        r[0]
+        for r in sql("SELECT reason FROM queue_fence_audit WHERE NOT accepted AND task_id = %s", [first.id])
+    }
     assert reasons == {"lease token is not current"}
     assert repository.finish(lease_of(second, worker)).outcome == "completed"
 

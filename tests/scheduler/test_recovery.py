@@ -98,7 +98,13 @@ def test_a_lost_worker_s_job_starts_a_new_execution(make_worker_row, enqueue):
     survivor = make_worker_row("survivor")
     fresh = claim(survivor)
     assert fresh.job_id == job and fresh.execution_id == 2 and fresh.placement == "dispatch"
-    assert one("SELECT count(*) FROM queue_tasks WHERE job_id = %s AND execution_id = 1 AND state = 'cancelled'", [job]) == 1
+    assert (
+        one(
+            "SELECT count(*) FROM queue_tasks WHERE job_id = %s AND execution_id = 1 AND state = 'cancelled'",
+            [job],
+        )
+        == 1
+    )
 
 
 def test_re_registering_expires_the_previous_sessions_leases(make_worker_row, enqueue):

@@ -65,23 +65,30 @@ class Source:
     video_id: str | None
 
 
+def _checked(rel: str, what: str, video_id: str | None) -> Source:
+    try:
+        path = resolve_media_path(rel, must_exist=True, kind="file", what=what)
+    except UnsafePathError as exc:
+        raise PermanentFailure(str(exc)) from None
+    return Source(path, relative_to_media_root(path), video_id)
+
+
+def asset_source(video_id) -> Source:
+    """A library asset's file, with the same containment checks as a user-given path."""
+    from jetencode.models import MediaAsset
+
+    asset = MediaAsset.objects.filter(id=video_id).only("path").first()
+    if asset is None:
+        raise PermanentFailure(f"video_id {video_id} is not in the media library")
+    return _checked(asset.path, "input", str(video_id))
+
+
 def resolve_source(params: Params) -> Source:
     """The input video of `params` (input or video_id), checked again here in the worker."""
     video_id = getattr(params, "video_id", None)
     if video_id is not None:
-        from jetencode.models import MediaAsset
-
-        asset = MediaAsset.objects.filter(id=video_id).only("path").first()
-        if asset is None:
-            raise PermanentFailure(f"video_id {video_id} is not in the media library")
-        rel = asset.path
-    else:
-        rel = params.input
-    try:
-        path = resolve_media_path(rel, must_exist=True, kind="file", what="input")
-    except UnsafePathError as exc:
-        raise PermanentFailure(str(exc)) from None
-    return Source(path, relative_to_media_root(path), str(video_id) if video_id else None)
+        return asset_source(video_id)
+    return _checked(params.input, "input", None)
 
 
 def resolve_sources(params: Params) -> list[Source]:
@@ -97,14 +104,7 @@ def resolve_sources(params: Params) -> list[Source]:
         pairs = [(assets[v], v) for v in ids]
     else:
         pairs = [(rel, None) for rel in params.inputs]
-    sources = []
-    for index, (rel, video_id) in enumerate(pairs):
-        try:
-            path = resolve_media_path(rel, must_exist=True, kind="file", what=f"inputs[{index}]")
-        except UnsafePathError as exc:
-            raise PermanentFailure(str(exc)) from None
-        sources.append(Source(path, relative_to_media_root(path), video_id))
-    return sources
+    return [_checked(rel, f"inputs[{index}]", video_id) for index, (rel, video_id) in enumerate(pairs)]
 
 
 _SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}")

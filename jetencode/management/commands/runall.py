@@ -37,15 +37,27 @@ class Command(BaseCommand):
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         children = [
             subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-c", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
-                 "--bind", bind, "jetencode.wsgi:application"],
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "-c",
+                    str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
+                    "--bind",
+                    bind,
+                    "jetencode.wsgi:application",
+                ],
                 env=env,
             )
         ]
         if not no_worker:
-            children.append(subprocess.Popen([*manage, "runworker", *worker_args.split()], env=os.environ.copy()))
+            children.append(
+                subprocess.Popen([*manage, "runworker", *worker_args.split()], env=os.environ.copy())
+            )
         call_command("ensure_admin")
-        self.stdout.write(f"JetEncode is up: http://{bind}/dashboard/  (admin: http://{bind}/admin/). Ctrl-C stops.")
+        self.stdout.write(
+            f"JetEncode is up: http://{bind}/dashboard/  (admin: http://{bind}/admin/). Ctrl-C stops."
+        )
 
         stopping = False
 

@@ -1,0 +1,225 @@
+"""The create-job form, generated from the same per-type params schema the API validates with.
+
+`jetencode.media.jobtypes.params_json_schema(type)` is a JSON Schema (pydantic's); each property
+becomes one input: numbers and integers with their bounds, enums as selects, booleans as
+checkboxes, UUIDs and paths as text, lists of strings as one-per-line text areas, nested objects as
+JSON. The form only turns inputs into JSON values; validation is `jetencode.services.create_job`'s,
+so the dashboard accepts exactly what the API accepts and shows the same messages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from jetencode.media.jobtypes import JOB_TYPES, params_json_schema
+
+HARDWARE = ["auto", "cpu", "gpu"]
+CATEGORIES = ["cpu", "gpu_encode", "gpu_ai"]
+
+
+@dataclass
+class SchemaField:
+    name: str
+    title: str
+    kind: str  # integer | number | boolean | enum | string | uuid | list | json
+    description: str = ""
+    required: bool = False
+    nullable: bool = False
+    default: Any = None
+    has_default: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: list[str] = field(default_factory=list)
+    item_kind: str = ""  # for lists: string | uuid
+    value: str = ""  # what the input shows
+    checked: bool = False
+    error: str = ""
+
+    @property
+    def input_name(self) -> str:
+        return f"p.{self.name}"
+
+    @property
+    def step(self) -> str:
+        return "1" if self.kind == "integer" else "any"
+
+    @property
+    def placeholder(self) -> str:
+        if self.kind == "list":
+            return "one per line"
+        if self.kind == "json":
+            return "JSON, e.g. " + ("[{…}]" if self.item_kind == "object" else "{…}")
+        if self.nullable and not self.has_default_value:
+            return "optional"
+        return ""
+
+    @property
+    def has_default_value(self) -> bool:
+        return self.has_default and self.default is not None
+
+
+def _resolve(node: dict, defs: dict) -> dict:
+    ref = node.get("$ref")
+    if ref and ref.startswith("#/$defs/"):
+        return defs.get(ref.split("/")[-1], {})
+    return node
+
+
+def schema_fields(job_type: str) -> list[SchemaField]:
+    schema = params_json_schema(job_type)
+    defs = schema.get("$defs", {})
+    required = set(schema.get("required", []))
+    result = []
+    for name, prop in schema.get("properties", {}).items():
+        nullable = False
+        inner = prop
+        if "anyOf" in prop:
+            branches = [b for b in prop["anyOf"] if b.get("type") != "null"]
+            nullable = len(branches) < len(prop["anyOf"])
+            inner = branches[0] if len(branches) == 1 else {"type": "json"}
+        inner = _resolve(inner, defs)
+        kind, item_kind, choices = "string", "", []
+        if "enum" in inner:
+            kind, choices = "enum", [str(c) for c in inner["enum"]]
+        elif inner.get("type") in ("integer", "number", "boolean"):
+            kind = inner["type"]
+        elif inner.get("type") == "string":
+            kind = "uuid" if inner.get("format") == "uuid" else "string"
+        elif inner.get("type") == "array":
+            items = _resolve(inner.get("items", {}), defs)
+            if items.get("type") == "string":
+                kind, item_kind = "list", "uuid" if items.get("format") == "uuid" else "string"
+            else:
+                kind, item_kind = "json", "object"
+        else:
+            kind = "json"
+        f = SchemaField(
+            name=name, title=prop.get("title", name), kind=kind, description=prop.get("description", ""),
+            required=name in required, nullable=nullable, default=prop.get("default"), has_default="default" in prop,
+            minimum=inner.get("minimum", inner.get("exclusiveMinimum")), maximum=inner.get("maximum"),
+            choices=choices, item_kind=item_kind,
+        )
+        f.value, f.checked = _initial(f)
+        result.append(f)
+    return result
+
+
+def _initial(f: SchemaField) -> tuple[str, bool]:
+    if f.kind == "boolean":
+        return "", bool(f.default)
+    if not f.has_default_value:
+        return "", False
+    if f.kind == "json":
+        return json.dumps(f.default), False
+    if f.kind == "list":
+        return "\n".join(str(v) for v in f.default), False
+    return str(f.default), False
+
+
+def _number(raw: str, integer: bool) -> Any:
+    try:
+        return int(raw) if integer else float(raw)
+    except ValueError:
+        if integer:
+            try:
+                as_float = float(raw)
+            except ValueError:
+                return raw  # let the schema say what is wrong
+            return int(as_float) if as_float.is_integer() else raw
+        return raw
+
+
+class FormError(Exception):
+    def __init__(self, errors: list[dict[str, str]]):
+        super().__init__("invalid form")
+        self.errors = errors
+
+
+def params_from_post(fields: list[SchemaField], data) -> dict[str, Any]:
+    """Turn the posted inputs into the params object; keep what was typed on each field."""
+    params: dict[str, Any] = {}
+    errors = []
+    for f in fields:
+        if f.kind == "boolean":
+            f.checked = data.get(f.input_name) == "on"
+            params[f.name] = f.checked
+            continue
+        raw = data.get(f.input_name, "")
+        f.value = raw
+        raw = raw.strip()
+        if raw == "":
+            continue  # omitted: the schema's default (or its "required" message) applies
+        if f.kind in ("integer", "number"):
+            params[f.name] = _number(raw, f.kind == "integer")
+        elif f.kind == "list":
+            params[f.name] = [line.strip() for line in raw.splitlines() if line.strip()]
+        elif f.kind == "json":
+            try:
+                params[f.name] = json.loads(raw)
+            except ValueError as exc:
+                errors.append({"field": f"params.{f.name}", "message": f"is not valid JSON ({exc.msg})"})
+        else:
+            params[f.name] = raw
+    if errors:
+        raise FormError(errors)
+    return params
+
+
+@dataclass
+class JobForm:
+    """The whole create-job form: type, the schema's fields and the job options the API takes."""
+
+    job_type: str
+    fields: list[SchemaField]
+    options: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # field -> message (top-level and params)
+    general: list[str] = field(default_factory=list)
+
+    @classmethod
+    def for_type(cls, job_type: str) -> JobForm:
+        return cls(job_type, schema_fields(job_type), {
+            "priority": "0", "max_attempts": "4", "hardware": "auto", "required_worker_uid": "",
+            "resource_category": "", "vram_mb": "", "webhook_url": "",
+        })
+
+    @property
+    def job_types(self):
+        return JOB_TYPES.values()
+
+    @property
+    def description(self) -> str:
+        return JOB_TYPES[self.job_type].description
+
+    @property
+    def gpu_path(self) -> bool:
+        return JOB_TYPES[self.job_type].gpu_path
+
+    def payload(self, data) -> dict[str, Any]:
+        """The body `create_job` takes (the same as POST /v2/jobs)."""
+        params = params_from_post(self.fields, data)
+        for key in self.options:
+            self.options[key] = data.get(key, "").strip()
+        body: dict[str, Any] = {"type": self.job_type, "params": params}
+        for key in ("priority", "max_attempts", "vram_mb"):
+            if self.options[key] != "":
+                body[key] = _number(self.options[key], True)
+        for key in ("hardware", "required_worker_uid", "resource_category", "webhook_url"):
+            if self.options[key] != "":
+                body[key] = self.options[key]
+        return body
+
+    def add_errors(self, errors: list[dict[str, str]]) -> None:
+        by_name = {f.name: f for f in self.fields}
+        for error in errors:
+            name, message = error.get("field", ""), error.get("message", "invalid")
+            parts = name.split(".")
+            if parts[0] == "params" and len(parts) > 1 and parts[1] in by_name:
+                target = by_name[parts[1]]
+                detail = ".".join(parts[2:])
+                target.error = "; ".join(filter(None, [target.error, f"{detail}: {message}" if detail else message]))
+            elif name in self.options or name == "type":
+                self.errors[name] = message
+            else:
+                self.general.append(f"{name}: {message}" if name else message)

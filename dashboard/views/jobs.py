@@ -1,0 +1,213 @@
+"""/dashboard/jobs: the job table, the create-job form, the job page and its output files."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.utils import timezone
+
+from dashboard.files import serve_output
+from dashboard.forms import FormError, JobForm
+from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
+from jetencode.media.jobtypes import JOB_TYPES
+from jetencode.models import JOB_STATUSES, RESOURCE_CATEGORIES, TERMINAL_STATUSES, Job, JobOutput
+from scheduler import queries
+from scheduler.models import QueueTask, QueueWorker, TaskLog
+
+PAGE_SIZE = 25
+LOG_LINES = 200
+TIMELINE_TASKS = 200
+
+
+def _category_rank():
+    return Case(When(resource_category="gpu_ai", then=2), When(resource_category="gpu_encode", then=1),
+                default=0, output_field=IntegerField())
+
+
+def jobs_queryset():
+    """Jobs newest first with their live priority, worker and the most demanding category they use."""
+    top_category = (
+        QueueTask.objects.filter(job=OuterRef("pk")).exclude(placement="cluster")
+        .annotate(rank=_category_rank()).order_by("-rank").values("resource_category")[:1]
+    )
+    return (
+        Job.objects.select_related("schedule")
+        .annotate(category=Coalesce(F("schedule__required_category"), Subquery(top_category), Value("cpu")))
+        .order_by("-created_at", "-id")
+    )
+
+
+def _ids(raw: str) -> list[uuid.UUID]:
+    found = []
+    for part in raw.split(",")[:100]:
+        try:
+            found.append(uuid.UUID(part.strip()))
+        except ValueError:
+            continue
+    return found
+
+
+@viewer_required
+def jobs(request):
+    filters = {key: request.GET.get(key, "").strip() for key in ("status", "type", "resource_category", "worker", "ids")}
+    qs = jobs_queryset()
+    if filters["status"] in JOB_STATUSES:
+        qs = qs.filter(status=filters["status"])
+    if filters["type"] in JOB_TYPES:
+        qs = qs.filter(type=filters["type"])
+    if filters["resource_category"] in RESOURCE_CATEGORIES:
+        qs = qs.filter(category=filters["resource_category"])
+    if filters["worker"]:
+        qs = qs.filter(Q(schedule__assigned_worker_uid=filters["worker"]) | Q(schedule__required_worker_uid=filters["worker"]))
+    if filters["ids"]:
+        qs = qs.filter(id__in=_ids(filters["ids"]))
+    result = cheap_page(qs, request, PAGE_SIZE)
+    live = any(job.status not in TERMINAL_STATUSES for job in result.items)
+    context = {
+        "page_obj": result,
+        "filters": filters,
+        "filtered": any(filters.values()),
+        "live": live,
+        "statuses": JOB_STATUSES,
+        "types": sorted(JOB_TYPES),
+        "categories": RESOURCE_CATEGORIES,
+        "worker_uids": list(QueueWorker.objects.order_by("uid").values_list("uid", flat=True)[:200]),
+    }
+    if is_partial(request):
+        return page(request, "dashboard/partials/jobs_table.html", context)
+    return page(request, "dashboard/jobs.html", context)
+
+
+def _timeline(job: Job, tasks: list[QueueTask]) -> list[dict]:
+    """Bars for the stage timeline: queued (created→started) and running (started→finished) spans,
+    as percentages of the job's lifetime so far."""
+    now = timezone.now()
+    start = job.created_at
+    end = job.finished_at or now
+    for task in tasks:
+        end = max(end, task.finished_at or (now if task.state == "running" else task.created_at))
+    total = max((end - start).total_seconds(), 0.001)
+
+    def pct(moment):
+        return round(100 * max(0.0, (moment - start).total_seconds()) / total, 2)
+
+    rows = []
+    for task in tasks:
+        began = task.started_at
+        stopped = task.finished_at or (now if task.state == "running" else None)
+        queued_until = began or task.finished_at or (now if task.state in ("pending", "retry_wait", "blocked") else task.created_at)
+        rows.append({
+            "task": task,
+            "queued_left": pct(task.created_at),
+            "queued_width": max(0.3, pct(queued_until) - pct(task.created_at)),
+            "run_left": pct(began) if began else None,
+            "run_width": max(0.5, pct(stopped) - pct(began)) if began and stopped else 0,
+            "duration": (stopped - began) if began and stopped else None,
+        })
+    return rows
+
+
+def job_context(job: Job) -> dict:
+    tasks = list(
+        QueueTask.objects.filter(job=job).order_by("execution_id", "created_at", "id")
+        .only("id", "job_id", "execution_id", "task_type", "placement", "pool", "resource_category", "vram_mb",
+              "state", "attempt", "max_attempts", "claimed_by", "progress", "last_failure", "created_at",
+              "started_at", "finished_at", "available_at", "parent_task_id")[:TIMELINE_TASKS + 1]
+    )
+    stage_logs = list(
+        TaskLog.objects.filter(task__job=job).select_related(None).order_by("-id")
+        .values("at", "message", "task_id", "task__task_type")[:LOG_LINES]
+    )
+    stage_logs.reverse()
+    log_lines = job.log.splitlines()[-LOG_LINES:]
+    outputs = list(JobOutput.objects.filter(job=job).order_by("execution_id", "name"))
+    schedule = getattr(job, "schedule", None)
+    entry = queries.queue_entry(job.id) if job.status not in ("completed", "cancelled") else None
+    terminal = job.status in TERMINAL_STATUSES and not any(t.state == "running" for t in tasks)
+    return {
+        "job": job,
+        "schedule": schedule,
+        "entry": entry,
+        "timeline": _timeline(job, tasks[:TIMELINE_TASKS]),
+        "more_tasks": len(tasks) > TIMELINE_TASKS,
+        "log_lines": log_lines,
+        "stage_logs": stage_logs,
+        "outputs": outputs,
+        "terminal": terminal,
+        "log_sig": f"{len(job.log)}:{stage_logs[-1]['task_id'] if stage_logs else 0}:{len(stage_logs)}:{stage_logs[-1]['at'].timestamp() if stage_logs else 0}",
+        "outputs_sig": ",".join(f"{o.id}" for o in outputs),
+        "running_for": (timezone.now() - job.started_at) if job.started_at and not job.finished_at else None,
+    }
+
+
+@viewer_required
+def job_detail(request, job_id):
+    job = get_object_or_404(Job.objects.select_related("schedule", "created_by"), pk=job_id)
+    context = job_context(job)
+    if is_partial(request):
+        return page(request, "dashboard/partials/job_live.html", context)
+    return page(request, "dashboard/job.html", context)
+
+
+@viewer_required
+def job_output(request, job_id, name):
+    get_object_or_404(Job.objects.only("id"), pk=job_id)
+    return serve_output(request, job_id, name)
+
+
+def _worker_choices():
+    stale = timezone.now() - timedelta(seconds=settings.JETENCODE["STALE_WORKER_SECONDS"])
+    return list(
+        QueueWorker.objects.filter(lifecycle="active", last_heartbeat_at__gte=stale).order_by("uid").values_list("uid", flat=True)
+    )
+
+
+def _asset_choices():
+    from jetencode.models import MediaAsset
+
+    return list(MediaAsset.objects.order_by("-created_at").values("id", "title", "path")[:200])
+
+
+def _new_context(form: JobForm) -> dict:
+    return {
+        "form": form,
+        "worker_choices": _worker_choices(),
+        "assets": _asset_choices(),
+        "hardware": ["auto", "cpu", "gpu"],
+        "categories": RESOURCE_CATEGORIES,
+    }
+
+
+@viewer_required
+def job_new(request):
+    """GET: the form for ?type= (default noop). POST (operators only): create the job and open it."""
+    job_type = request.GET.get("type") or request.POST.get("type") or "noop"
+    if job_type not in JOB_TYPES:
+        job_type = "noop"
+    form = JobForm.for_type(job_type)
+    if request.method == "POST":
+        return _create(request, form)
+    return page(request, "dashboard/job_new.html", _new_context(form))
+
+
+@operator_required
+def _create(request, form: JobForm):
+    from jetencode.services import JobValidationError, create_job
+
+    try:
+        payload = form.payload(request.POST)
+        job = create_job(request.user, payload)
+    except FormError as exc:
+        form.add_errors(exc.errors)
+    except JobValidationError as exc:
+        form.add_errors(exc.errors)
+    else:
+        job_id = getattr(job, "id", job)
+        return redirect(reverse("dashboard:job", args=[job_id]) + "?created=1")
+    return page(request, "dashboard/job_new.html", _new_context(form), status=422)

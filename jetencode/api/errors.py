@@ -1,0 +1,150 @@
+"""Every error the API returns, in one of two shapes (DECISIONS 14):
+
+- 422: `{"detail": "invalid <fields>", "errors": [{"field": ..., "message": ...}]}`, for schema
+  violations, malformed JSON, bad job params and refused arguments alike;
+- anything else: `{"detail": "..."}`.
+
+`install(api)` replaces django-ninja's default handlers so nothing leaks out as HTML or as
+ninja's own `{"detail": [...]}` list, and nothing the client sends turns into a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from jetencode import services
+from scheduler import repository
+
+logger = logging.getLogger("jetencode.api")
+
+API_PREFIXES = ("/v1/", "/v2/")
+
+
+class ErrorOut(Schema):
+    detail: str
+
+
+class FieldErrorOut(Schema):
+    field: str
+    message: str
+
+
+class ValidationErrorOut(Schema):
+    detail: str
+    errors: list[FieldErrorOut]
+
+
+def responses(*codes: int) -> dict[int, type[Schema]]:
+    """The error part of an operation's `response=` mapping, for OpenAPI and schemathesis."""
+    return {code: ValidationErrorOut if code == 422 else ErrorOut for code in codes}
+
+
+# Errors every authenticated operation can return.
+AUTH_ERRORS = (401, 403)
+
+
+def field_name(loc: tuple | list) -> str:
+    """ninja's error location → the name a client sent: ("body", "payload", "priority") → "priority"."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie", "form"):
+        source, parts = parts[0], parts[1:]
+        if source == "body" and parts and parts[0] == "payload":
+            parts = parts[1:]
+        if not parts:
+            return source
+    return ".".join(parts) or "body"
+
+
+def _message(error: dict[str, Any]) -> str:
+    if error.get("type") == "missing" and tuple(error.get("loc", ()))[-1:] == ("payload",):
+        return "a JSON object body is required"
+    message = str(error.get("msg", "invalid value"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    return message
+
+
+def validation_response(errors: list[dict[str, str]]) -> JsonResponse:
+    return JsonResponse({"detail": services.summarize(errors), "errors": errors}, status=422)
+
+
+def detail_response(status: int, detail: str, **headers: str) -> JsonResponse:
+    response = JsonResponse({"detail": detail}, status=status)
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+def install(api: NinjaAPI) -> None:
+    @api.exception_handler(NinjaValidationError)
+    def schema_violation(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+        return validation_response([{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors])
+
+    @api.exception_handler(services.ValidationError)
+    def invalid_job(request: HttpRequest, exc: services.ValidationError) -> HttpResponse:
+        return validation_response(exc.errors)
+
+    @api.exception_handler(repository.InvalidArgument)
+    def invalid_argument(request: HttpRequest, exc: repository.InvalidArgument) -> HttpResponse:
+        return validation_response([{"field": exc.field, "message": exc.message}])
+
+    @api.exception_handler(repository.JobNotFound)
+    def not_found(request: HttpRequest, exc: repository.JobNotFound) -> HttpResponse:
+        return detail_response(404, str(exc) or "not found")
+
+    @api.exception_handler(Http404)
+    def http404(request: HttpRequest, exc: Http404) -> HttpResponse:
+        return detail_response(404, str(exc) or "not found")
+
+    @api.exception_handler(repository.ActionNotAllowed)
+    def conflict(request: HttpRequest, exc: repository.ActionNotAllowed) -> HttpResponse:
+        return detail_response(409, str(exc))
+
+    @api.exception_handler(HttpError)
+    def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        if exc.status_code == 400 and str(exc).startswith("Cannot parse request body"):
+            # ninja's message for a body that is not JSON: answer in the 422 shape like any bad input.
+            return validation_response([{"field": "body", "message": "the request body is not valid JSON"}])
+        if isinstance(exc, AuthenticationError):
+            message = str(exc) if str(exc) != "Unauthorized" else "authentication required: send Authorization: Bearer <token>"
+            return detail_response(401, message, WWW_Authenticate='Bearer realm="jetencode"')
+        return detail_response(exc.status_code, str(exc))
+
+    @api.exception_handler(PermissionDenied)
+    def forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+        return detail_response(403, str(exc) or "permission denied")
+
+    @api.exception_handler(RequestDataTooBig)
+    def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        return detail_response(413, f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+
+    @api.exception_handler(OperationalError)
+    def database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+        logger.error("database unavailable: %s", exc)
+        return detail_response(503, "the database is unavailable", Retry_After="5")
+
+    api.add_exception_handler(InterfaceError, database_down)
+
+    @api.exception_handler(Exception)
+    def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+        logger.exception("unhandled error in %s %s", request.method, request.path)
+        return detail_response(500, "internal server error")
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Project 404 handler: JSON under the API prefixes (a path parameter with a '/' in it never
+    reaches a route), Django's page everywhere else."""
+    if request.path.startswith(API_PREFIXES) or request.path.rstrip("/") in ("/healthz", "/metrics"):
+        return detail_response(404, "not found")
+    return defaults.page_not_found(request, exception)

@@ -1,0 +1,205 @@
+"""/v2/jobs: create jobs and follow them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from uuid import UUID
+
+from django.db.models import Q
+from django.http import HttpRequest
+from ninja import Query, Router, Status
+from jetencode import services
+from jetencode.api.errors import AUTH_ERRORS, responses
+from jetencode.api.schemas import (
+    MAX_LIMIT,
+    MAX_PAGE,
+    JobDetailOut,
+    JobIn,
+    JobPageOut,
+    JobStatus,
+    JobTypeListOut,
+    ResourceCategory,
+    TaskListOut,
+    Text,
+)
+from jetencode.media.jobtypes import JOB_TYPES
+from jetencode.models import Job, JobOutput
+from scheduler import queries
+from scheduler.models import QueueTask
+from scheduler.repository import JobNotFound
+
+router = Router(tags=["jobs"])
+
+JOB_LOG_TAIL_LINES = 100
+TASK_LOG_TAIL_LINES = 20
+
+
+def pagination(page: int, limit: int, total: int) -> dict[str, int]:
+    return {"page": page, "limit": limit, "total": total, "total_pages": math.ceil(total / limit)}
+
+
+def job_summary(job: Job) -> dict:
+    schedule = getattr(job, "schedule", None)
+    return {
+        "id": job.id,
+        "type": job.type,
+        "status": job.status,
+        "progress": job.progress,
+        "priority": schedule.priority if schedule else job.priority,
+        "max_attempts": job.max_attempts,
+        "hardware": job.hardware,
+        "resource_category": job.resource_category,
+        "vram_mb": job.vram_mb,
+        "required_worker_uid": schedule.required_worker_uid if schedule else None,
+        "assigned_worker_uid": schedule.assigned_worker_uid if schedule else None,
+        "webhook_url": job.webhook_url,
+        "last_error": job.last_error,
+        "manual_retry_count": job.manual_retry_count,
+        "created_by": job.created_by.get_username() if job.created_by else None,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+    }
+
+
+def _stage(task: QueueTask) -> dict:
+    return {
+        "id": task.id,
+        "task_type": task.task_type,
+        "placement": task.placement,
+        "pool": task.pool,
+        "state": task.state,
+        "progress": task.progress,
+        "attempt": task.attempt,
+        "max_attempts": task.max_attempts,
+        "resource_category": task.resource_category,
+        "vram_mb": task.vram_mb,
+        "worker_uid": task.claimed_by,
+        "available_at": task.available_at,
+        "started_at": task.started_at,
+        "finished_at": task.finished_at,
+        "last_failure": task.last_failure,
+    }
+
+
+def job_detail(job: Job) -> dict:
+    schedule = job.schedule
+    stages = QueueTask.objects.filter(job=job, execution_id=schedule.execution_id).exclude(placement="cluster")
+    outputs = JobOutput.objects.filter(job=job, execution_id=schedule.execution_id).order_by("name")
+    entry = queries.queue_entry(job.id)
+    lines = job.log.splitlines()[-JOB_LOG_TAIL_LINES:]
+    return {
+        **job_summary(job),
+        "params": job.params,
+        "execution_id": schedule.execution_id,
+        "paused": schedule.paused,
+        "cancel_requested": schedule.cancel_requested_at is not None,
+        "attempt": entry.attempt if entry else None,
+        "stages": [_stage(t) for t in stages.order_by("created_at", "id")],
+        "outputs": [
+            {"name": o.name, "kind": o.kind, "size_bytes": o.size_bytes, "storage_url": o.storage_url,
+             "metadata": o.metadata, "task_id": o.task_id, "execution_id": o.execution_id, "created_at": o.created_at}
+            for o in outputs
+        ],
+        "log_tail": lines,
+        "queue": asdict(entry) if entry else None,
+    }
+
+
+def get_job(job_id: UUID) -> Job:
+    job = Job.objects.select_related("schedule", "created_by").filter(pk=job_id).first()
+    if job is None:
+        raise JobNotFound("job not found")
+    return job
+
+
+@router.post("", response={201: JobDetailOut, **responses(*AUTH_ERRORS, 413, 422)}, summary="Create a job")
+def create_job(request: HttpRequest, payload: JobIn):
+    """Validate the type, its params, the resource overrides, the targeted worker and the webhook
+    URL, then enqueue. Every invalid field is named in one 422."""
+    job = services.create_job(request.auth.user, payload.model_dump(exclude_unset=True))
+    return Status(201, job_detail(get_job(job.id)))
+
+
+@router.get("", response={200: JobPageOut, **responses(*AUTH_ERRORS, 422)}, summary="List jobs, newest first")
+def list_jobs(
+    request: HttpRequest,
+    page: int = Query(1, ge=1, le=MAX_PAGE),
+    limit: int = Query(20, ge=1, le=MAX_LIMIT),
+    status: JobStatus | None = Query(None),
+    type: Text | None = Query(None, max_length=64, description="Job type"),
+    resource_category: ResourceCategory | None = Query(
+        None, description="Jobs with a stage in this category, or that asked for it (override or GPU requirement)"),
+    worker: Text | None = Query(None, max_length=200, description="Jobs assigned to or targeted at this worker uid"),
+):
+    jobs = Job.objects.select_related("schedule", "created_by").order_by("-created_at", "-id")
+    if status:
+        jobs = jobs.filter(status=status)
+    if type:
+        jobs = jobs.filter(type=type)
+    if resource_category:
+        jobs = jobs.filter(
+            Q(resource_category=resource_category)
+            | Q(schedule__required_category=resource_category)
+            | Q(pk__in=QueueTask.objects.filter(resource_category=resource_category)
+                .exclude(placement="cluster").values("job_id"))
+        )
+    if worker:
+        jobs = jobs.filter(Q(schedule__assigned_worker_uid=worker) | Q(schedule__required_worker_uid=worker))
+    total = jobs.count()
+    offset = (page - 1) * limit
+    return {
+        "data": [job_summary(job) for job in jobs[offset:offset + limit]],
+        "pagination": pagination(page, limit, total),
+    }
+
+
+@router.get("/{job_id}", response={200: JobDetailOut, **responses(*AUTH_ERRORS, 404, 422)}, summary="Get a job")
+def get_job_detail(request: HttpRequest, job_id: UUID):
+    """Status, progress, params, timestamps, attempts, the stages of the current execution with
+    their states and progress, published outputs, the job log tail and the queue entry."""
+    return job_detail(get_job(job_id))
+
+
+@router.get("/{job_id}/tasks", response={200: TaskListOut, **responses(*AUTH_ERRORS, 404, 422)},
+            summary="Full task history of a job")
+def list_job_tasks(
+    request: HttpRequest,
+    job_id: UUID,
+    log_lines: int = Query(TASK_LOG_TAIL_LINES, ge=0, le=200, description="Stage-log lines per task"),
+):
+    """Every task of every execution (webhook deliveries included), oldest first, with its last
+    failure and the tail of its stage log."""
+    job = get_job(job_id)
+    tails = queries.task_log_tails(job.id, log_lines) if log_lines else {}
+    tasks = QueueTask.objects.filter(job=job).order_by("execution_id", "created_at", "id")
+    data = [
+        {
+            **_stage(t),
+            "execution_id": t.execution_id,
+            "parent_task_id": t.parent_task_id,
+            "wait_for_siblings": t.wait_for_siblings,
+            "payload": t.payload,
+            "result": t.result,
+            "progress_detail": t.progress_detail or {},
+            "created_at": t.created_at,
+            "heartbeat_at": t.heartbeat_at,
+            "lease_expires_at": t.lease_expires_at,
+            "deadline_at": t.deadline_at,
+            "log_tail": tails.get(t.id, []),
+        }
+        for t in tasks
+    ]
+    return {"job_id": job.id, "data": data}
+
+
+types_router = Router(tags=["jobs"])
+
+
+@types_router.get("", response={200: JobTypeListOut, **responses(*AUTH_ERRORS)}, summary="List job types")
+def list_job_types(request: HttpRequest):
+    """Every job type with its stages, resource defaults and the JSON schema of its params."""
+    return {"data": [jt.summary() for jt in JOB_TYPES.values()]}
+

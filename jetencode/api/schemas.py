@@ -1,0 +1,324 @@
+"""Request and response schemas. Inputs are strict and bounded (DECISIONS 14); outputs say exactly
+what the endpoints return, so the OpenAPI document can be checked against real responses."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from ninja import Schema
+from pydantic import AfterValidator, ConfigDict, Field, StrictInt, model_serializer
+
+from jetencode import services
+from jetencode.media.jobtypes import JOB_TYPES, MAX_VRAM_MB
+from jetencode.models import JOB_STATUSES
+
+Hardware = Literal["auto", "cpu", "gpu"]
+ResourceCategory = Literal["cpu", "gpu_encode", "gpu_ai"]
+JobStatus = Literal["pending", "running", "retry_wait", "paused", "completed", "failed", "cancelled"]
+QueueState = Literal["pending", "running", "retry_wait", "paused", "failed"]
+Direction = Literal["up", "down", "top", "bottom"]
+assert set(JobStatus.__args__) == set(JOB_STATUSES)  # type: ignore[attr-defined]
+
+
+def _storable(value: str) -> str:
+    problem = services.text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# A string PostgreSQL can store (no NUL, no lone surrogates).
+Text = Annotated[str, AfterValidator(_storable)]
+MAX_PAGE = 100_000
+MAX_LIMIT = 500
+
+
+# ---- requests ---------------------------------------------------------------------------------
+
+
+class JobIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Text = Field(
+        ..., min_length=1, max_length=64,
+        description="Job type. `GET /v2/job-types` lists them with their params schemas.",
+        json_schema_extra={"enum": sorted(JOB_TYPES)},
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="Parameters of the job type (see its params_schema).")
+    priority: StrictInt = Field(0, ge=-1000, le=1000, description="Higher runs first.")
+    required_worker_uid: Text | None = Field(
+        None, min_length=1, max_length=200,
+        description="Run every stage on this worker. It must be active and fresh now (not draining).")
+    max_attempts: StrictInt = Field(4, ge=1, le=20, description="Attempts per stage before the job fails.")
+    webhook_url: Text | None = Field(
+        None, max_length=2048,
+        description="POSTed (Standard Webhooks signature) when the job completes, fails or is cancelled. "
+                    "Loopback, private and link-local targets are refused unless JETENCODE_WEBHOOK_ALLOW_PRIVATE.")
+    hardware: Hardware = Field("auto", description="auto: GPU when the dispatching worker has a usable encoder; "
+                                                   "gpu: only workers with the GPU category may take it; cpu: never a GPU.")
+    resource_category: ResourceCategory | None = Field(None, description="Override the category of GPU-capable stages.")
+    vram_mb: StrictInt | None = Field(None, ge=0, le=MAX_VRAM_MB, description="Override the VRAM those stages need.")
+
+
+class PriorityIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    priority: StrictInt = Field(..., ge=-1000, le=1000)
+
+
+class MoveIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    direction: Direction
+
+
+# ---- responses --------------------------------------------------------------------------------
+
+
+class PaginationOut(Schema):
+    page: int
+    limit: int
+    total: int
+    total_pages: int
+
+
+class QueueEntryOut(Schema):
+    job_id: UUID
+    type: str
+    group: str | None = Field(description="Worker uid whose claims see this job first (assigned, else targeted); null = pending group")
+    stage: str | None = Field(description="Task type of the representative task")
+    state: str = Field(description="The job's status")
+    task_state: str | None
+    priority: int
+    position: int
+    required_worker_uid: str | None
+    assigned_worker_uid: str | None
+    paused: bool
+    attempt: int | None
+    max_attempts: int | None
+    waiting_seconds: float | None = Field(
+        None, description="Present only while the job is pending: seconds since its next task became runnable")
+    available_at: datetime | None
+    can_retry: bool
+    waiting_reason: str | None = Field(description="Why a waiting job is not running (null when it is not waiting)")
+    progress: int
+    created_at: datetime
+    cancel_requested: bool
+    resource_category: str | None
+    vram_mb: int | None
+
+    @model_serializer(mode="wrap")
+    def _omit_waiting_seconds(self, handler):
+        data = handler(self)
+        if data.get("waiting_seconds") is None:
+            data.pop("waiting_seconds", None)
+        return data
+
+
+class QueuePageOut(Schema):
+    data: list[QueueEntryOut]
+    pagination: PaginationOut
+
+
+class JobSummaryOut(Schema):
+    id: UUID
+    type: str
+    status: str
+    progress: int
+    priority: int = Field(description="The live priority (operators may have changed it)")
+    max_attempts: int
+    hardware: str
+    resource_category: str | None = Field(description="Category override given at creation")
+    vram_mb: int | None = Field(description="VRAM override given at creation")
+    required_worker_uid: str | None
+    assigned_worker_uid: str | None
+    webhook_url: str | None
+    last_error: str | None
+    manual_retry_count: int
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobPageOut(Schema):
+    data: list[JobSummaryOut]
+    pagination: PaginationOut
+
+
+class StageOut(Schema):
+    id: int
+    task_type: str
+    placement: str
+    pool: str
+    state: str
+    progress: float
+    attempt: int
+    max_attempts: int
+    resource_category: str
+    vram_mb: int
+    worker_uid: str | None = Field(description="The worker that claimed it last")
+    available_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_failure: str | None
+
+
+class OutputOut(Schema):
+    name: str
+    kind: str
+    size_bytes: int
+    storage_url: str
+    metadata: dict[str, Any]
+    task_id: int
+    execution_id: int
+    created_at: datetime
+
+
+class JobDetailOut(JobSummaryOut):
+    params: dict[str, Any]
+    execution_id: int
+    paused: bool
+    cancel_requested: bool
+    attempt: int | None = Field(description="Attempt of the representative task (see the queue entry)")
+    stages: list[StageOut] = Field(description="Stages of the current execution, in creation order")
+    outputs: list[OutputOut] = Field(description="Files published by the current execution")
+    log_tail: list[str] = Field(description="The last lines of the job log")
+    queue: QueueEntryOut | None = Field(description="The job's queue entry while it is in the queue")
+
+
+class LogLineOut(Schema):
+    at: datetime
+    message: str
+
+
+class TaskOut(StageOut):
+    execution_id: int
+    parent_task_id: int | None
+    wait_for_siblings: bool
+    payload: dict[str, Any]
+    result: Any
+    progress_detail: dict[str, Any]
+    created_at: datetime
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+    deadline_at: datetime | None
+    log_tail: list[LogLineOut]
+
+
+class TaskListOut(Schema):
+    job_id: UUID
+    data: list[TaskOut]
+
+
+class JobTypeOut(Schema):
+    name: str
+    description: str
+    resource_category: str
+    vram_mb: int
+    gpu_path: bool
+    stages: list[str]
+    outputs: str
+    params_schema: dict[str, Any]
+
+
+class JobTypeListOut(Schema):
+    data: list[JobTypeOut]
+
+
+class PoolUsageOut(Schema):
+    capacity: int
+    running: int
+
+
+class ActiveTaskOut(Schema):
+    id: int
+    job_id: UUID
+    job_type: str
+    task_type: str
+    pool: str
+    resource_category: str
+    vram_mb: int
+    attempt: int
+    max_attempts: int
+    progress: float
+    progress_detail: dict[str, Any]
+    started_at: datetime | None
+    lease_expires_at: datetime | None
+
+
+class WorkerOut(Schema):
+    uid: str
+    session_id: UUID | None
+    hostname: str
+    pid: int | None
+    version: str
+    lifecycle: str = Field(description="active | draining | offline (an active worker without recent heartbeats is offline)")
+    registered_at: datetime | None
+    last_heartbeat_at: datetime | None
+    reservation_id: UUID | None
+    workspace: str
+    media: PoolUsageOut
+    background: PoolUsageOut
+    categories: dict[str, PoolUsageOut] = Field(description="Media slots per resource category")
+    vram_total_mb: int
+    vram_used_mb: int
+    active_tasks: list[ActiveTaskOut]
+    system_sample: dict[str, Any] = Field(description="The worker's latest CPU/memory/disk/GPU sample")
+    capabilities: dict[str, Any] = Field(description="Capability catalog (encoders, filters, GPUs)")
+
+
+class WorkerListOut(Schema):
+    data: list[WorkerOut]
+
+
+class StatsOut(Schema):
+    by_status: dict[str, int]
+    running_by_category: dict[str, int]
+    vram_used_mb: int
+    vram_total_mb: int
+    vram_available_mb: int
+    avg_processing_seconds_by_type: dict[str, float] = Field(description="Completed in the last 24 hours")
+    jobs_by_type: dict[str, int]
+    completed_last_hour: int
+    failed_last_hour: int
+    queue_length: int = Field(description="Entries in GET /v2/queue")
+
+
+class MemoryOut(Schema):
+    total_bytes: int
+    available_bytes: int
+    used_bytes: int
+    percent: float
+
+
+class DiskOut(Schema):
+    path: str
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    percent: float
+
+
+class ProcessOut(Schema):
+    pid: int
+    rss_bytes: int
+    cpu_percent: float
+    threads: int
+
+
+class SysinfoOut(Schema):
+    sampled_at: datetime
+    hostname: str
+    cpu_percent: float
+    cpu_count: int
+    load_average: list[float] | None
+    memory: MemoryOut
+    disk: DiskOut
+    process: ProcessOut
+
+
+class HealthOut(Schema):
+    status: str
+    database: str

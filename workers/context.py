@@ -1,0 +1,406 @@
+"""One claimed task while it runs: `TaskRun` (the runtime's view) and `RunContext` (the handler's).
+
+`TaskRun` carries the lease and everything the other threads may learn about the attempt: the
+heartbeat renews its lease (monotonic deadline), sees cancellation or a rejected renewal, and the
+supervisor stops it when the lease is about to run out or the stage deadline passes. Whoever
+learns it calls `abort(kind)`, which kills the run's subprocess groups at once; the handler then
+gets an exception at its next context call.
+
+`RunContext` implements `workers.stages.base.StageContext` on top of it. Progress and log lines
+are fenced writes through `repository.report_progress` (throttled: 5 % or 2 s), subprocesses go
+through `run()`, and children/files are only buffered here — the slot publishes them with the
+finish.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jetencode.media.paths import check_output_name
+from scheduler import repository
+from workers import processes
+from workers.db import DB_ERRORS, RateLimitedLog, reset_connection
+from workers.stages.base import ChildSpec, LeaseLost, PublishSpec, StageCancelled, StageTimeout
+
+if TYPE_CHECKING:
+    from workers.runtime import Worker
+
+log = logging.getLogger("jetencode.worker")
+
+PROGRESS_STEP = 5.0  # percent
+PROGRESS_INTERVAL = 2.0  # seconds
+LOG_FLUSH_LINES = 200
+LOG_BUFFER_MAX = 1000
+STDOUT_KEEP_BYTES = 16 * 1024 * 1024
+STDERR_TAIL_BYTES = 64 * 1024
+
+# Why a run was stopped from outside the handler. The first reason wins, except that losing the
+# lease (or the uid) overrides everything: then no write at all may follow.
+CANCELLED = "cancelled"  # the job was cancelled: finish -> cancelled, no children
+LEASE_LOST = "lease_lost"  # a fenced write was rejected: discard, write nothing
+LEASE_EXPIRING = "lease_expiring"  # heartbeats kept failing: discard before the lease runs out
+TIMEOUT = "timeout"  # the stage's wall-clock deadline passed: fail the attempt
+SHUTDOWN = "shutdown"  # worker shutdown: hand the task back (release)
+TAKEN_OVER = "taken_over"  # a newer process registered our uid: write nothing, exit
+_OVERRIDING = (TAKEN_OVER, LEASE_LOST)
+
+
+class WorkerShutdown(StageCancelled):
+    """Raised in a handler when the worker stops it for shutdown (the task is handed back)."""
+
+
+class TaskRun:
+    def __init__(self, task: repository.ClaimedTask, lease: repository.Lease, slot: str, claimed_at: float,
+                 lease_seconds: float, deadline_margin: float):
+        self.task = task
+        self.lease = lease
+        self.slot = slot
+        self.claimed_at = claimed_at  # monotonic, taken before the claim was sent
+        self.lease_seconds = lease_seconds
+        self.lease_deadline = claimed_at + lease_seconds  # monotonic; moved by every renewal
+        margin = min(deadline_margin, 0.05 * task.timeout_seconds)
+        self.deadline = claimed_at + task.timeout_seconds - margin  # a bit before the database's
+        self.renew = True  # heartbeats include this lease until the slot starts its final write
+        self.abort_kind: str | None = None
+        self.abort_reason = ""
+        self.cancel_seen = False
+        self.kill_grace = 1.0
+        self._groups: set[processes.ProcessGroup] = set()
+        self._lock = threading.Lock()
+        self._concluded = False
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return {"job_id": str(self.task.job_id), "task_id": self.task.id, "slot": self.slot}
+
+    def renewed(self, sent_at: float) -> None:
+        with self._lock:
+            self.lease_deadline = max(self.lease_deadline, sent_at + self.lease_seconds)
+
+    def abort(self, kind: str, reason: str, *, kill_now: bool = False) -> bool:
+        """Record why the run must stop and kill its subprocess groups. True if this changed the kind."""
+        with self._lock:
+            changed = self.abort_kind is None or (kind in _OVERRIDING and self.abort_kind not in _OVERRIDING)
+            if changed:
+                self.abort_kind = kind
+                self.abort_reason = reason
+            if kind == CANCELLED:
+                self.cancel_seen = True
+            groups = list(self._groups)
+        if changed:
+            level = logging.INFO if kind in (CANCELLED, SHUTDOWN) else logging.WARNING
+            log.log(level, "task %s (%s): stopping, %s: %s", self.task.id, self.task.task_type, kind, reason,
+                    extra=self.extra)
+        for group in groups:
+            if kill_now:
+                group.kill_now()
+            group.stop_async(self.kill_grace)
+        return changed
+
+    def add_group(self, group: processes.ProcessGroup) -> None:
+        with self._lock:
+            self._groups.add(group)
+            aborted = self.abort_kind is not None
+        if aborted:
+            group.stop_async(self.kill_grace)
+
+    def remove_group(self, group: processes.ProcessGroup) -> None:
+        with self._lock:
+            self._groups.discard(group)
+
+    def groups(self) -> list[processes.ProcessGroup]:
+        with self._lock:
+            return list(self._groups)
+
+    def take_conclusion(self) -> bool:
+        """Exactly one thread (the slot, or the supervisor for a handler that never returned) writes
+        the task's final outcome."""
+        with self._lock:
+            if self._concluded:
+                return False
+            self._concluded = True
+            return True
+
+    def raise_if_aborted(self) -> None:
+        kind = self.abort_kind
+        if kind is None:
+            return
+        if kind == CANCELLED:
+            raise StageCancelled("the job was cancelled")
+        if kind == SHUTDOWN:
+            raise WorkerShutdown(self.abort_reason or "the worker is shutting down")
+        if kind == TIMEOUT:
+            raise StageTimeout(self.abort_reason)
+        raise LeaseLost(self.abort_reason or kind)
+
+
+def _utc_stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class RunContext:
+    """The StageContext a handler receives."""
+
+    def __init__(self, worker: Worker, run: TaskRun, workspace: Path):
+        task = run.task
+        self._worker = worker
+        self._run = run
+        self.task_id = task.id
+        self.task_type = task.task_type
+        self.payload = task.payload or {}
+        self.attempt = task.attempt
+        self.max_attempts = task.max_attempts
+        self.job_id = str(task.job_id)
+        self.job_type = task.job_type
+        self.job_params = task.job_params or {}
+        self.job_hardware = task.job_hardware
+        self.execution_id = task.execution_id
+        self.resource_category = task.resource_category
+        self.vram_mb = task.vram_mb
+        self.worker_uid = worker.uid
+        self.capabilities = worker.capabilities
+        self.workspace = workspace
+        self.children: list[repository.Child] = []
+        self.publications: list[PublishSpec] = []
+        self._lines: list[str] = []
+        self._last_flush = time.monotonic()
+        self._last_percent: float | None = None
+        self._pending_progress: tuple[float, dict | None] | None = None
+        self._job_resources: tuple[str | None, int | None] | None = None
+        self._db_trouble = RateLimitedLog(15)
+
+    # -- what the job asked for (dispatch stages choose resources from it) --------------------
+
+    def _load_job_resources(self) -> tuple[str | None, int | None]:
+        if self._job_resources is None:
+            from jetencode.models import Job
+
+            row = Job.objects.filter(id=self.job_id).values_list("resource_category", "vram_mb").first()
+            self._job_resources = tuple(row) if row else (None, None)
+        return self._job_resources
+
+    @property
+    def job_resource_category(self) -> str | None:
+        return self._load_job_resources()[0]
+
+    @property
+    def job_vram_mb(self) -> int | None:
+        return self._load_job_resources()[1]
+
+    # -- progress and logs -----------------------------------------------------------------
+
+    def progress(self, percent: float, detail: dict[str, Any] | None = None) -> None:
+        self.check_cancelled()
+        percent = max(0.0, min(100.0, float(percent)))
+        now = time.monotonic()
+        due = (
+            self._last_percent is None
+            or abs(percent - self._last_percent) >= PROGRESS_STEP
+            or now - self._last_flush >= PROGRESS_INTERVAL
+            or (percent >= 100.0 and self._last_percent < 100.0)
+        )
+        if due:
+            self._flush(percent, detail)
+        else:
+            self._pending_progress = (percent, detail)
+
+    def log(self, message: str) -> None:
+        self.check_cancelled()
+        text = str(message)
+        self._lines.append(f"{_utc_stamp()} {text}"[:4000])
+        if len(self._lines) > LOG_BUFFER_MAX:  # the database keeps the last 1,000 lines anyway
+            del self._lines[: len(self._lines) - LOG_BUFFER_MAX]
+        log.debug("task %s: %s", self.task_id, text, extra=self._run.extra)
+        self._maybe_flush()
+
+    def check_cancelled(self) -> None:
+        self._run.raise_if_aborted()
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if not (self._lines or self._pending_progress):
+            return
+        if len(self._lines) >= LOG_FLUSH_LINES or time.monotonic() - self._last_flush >= PROGRESS_INTERVAL:
+            pending = self._pending_progress
+            self._flush(*(pending if pending else (None, None)))
+
+    def flush(self) -> None:
+        """Send what is buffered (the slot calls this before the final write). Never raises for a
+        database error; LeaseLost/StageCancelled still propagate."""
+        if self._lines or self._pending_progress:
+            pending = self._pending_progress
+            self._flush(*(pending if pending else (None, None)))
+
+    def _flush(self, percent: float | None, detail: dict | None) -> None:
+        lines, self._lines = self._lines, []
+        self._last_flush = time.monotonic()
+        try:
+            beat = repository.report_progress(self._run.lease, percent, detail, lines)
+        except repository.SessionSuperseded:
+            self._worker.on_taken_over()
+            self._run.abort(TAKEN_OVER, "uid taken over")
+            raise LeaseLost("uid taken over by a newer session") from None
+        except DB_ERRORS as exc:
+            # Progress is best effort: keep the lines for the next try, never fail the stage for it.
+            reset_connection()
+            self._lines = (lines + self._lines)[-LOG_BUFFER_MAX:]
+            self._db_trouble.warning("task %s: progress not saved (%s); will retry", self.task_id,
+                                     str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                                     extra=self._run.extra)
+            return
+        if percent is not None:
+            self._last_percent = percent
+            self._pending_progress = None
+        if not beat.accepted:
+            self._run.abort(LEASE_LOST, f"progress write rejected: {beat.reason}")
+            self._run.raise_if_aborted()
+        if beat.cancel_requested:
+            self._run.abort(CANCELLED, "cancel requested (seen by a progress write)")
+            self._run.raise_if_aborted()
+
+    # -- children and files ------------------------------------------------------------------
+
+    def spawn_child(self, child: ChildSpec) -> None:
+        self.check_cancelled()
+        json.dumps(child.payload)  # fail in the handler, not in the finish, on a bad payload
+        self.children.append(
+            repository.Child(
+                task_type=child.task_type,
+                payload=dict(child.payload or {}),
+                placement=child.placement,
+                pool=child.pool,
+                resource_category=child.resource_category,
+                vram_mb=child.vram_mb,
+                timeout_seconds=child.timeout_seconds,
+                wait_for_siblings=bool(getattr(child, "wait_for_siblings", False)),
+            )
+        )
+
+    def publish_file(self, spec: PublishSpec) -> None:
+        self.check_cancelled()
+        check_output_name(spec.name)
+        source = Path(spec.source)
+        if not source.is_file():
+            raise FileNotFoundError(f"publish_file: {source} is not a file")
+        if any(existing.name == spec.name for existing in self.publications):
+            raise ValueError(f"publish_file: {spec.name!r} is published twice by this stage")
+        self.publications.append(spec)
+
+    # -- subprocesses --------------------------------------------------------------------------
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        on_stdout_line: Callable[[str], None] | None = None,
+        stall_seconds: float | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run argv in a process group the runtime owns; stream stdout lines to `on_stdout_line`.
+
+        Returns a CompletedProcess (text stdout — empty when a callback consumed it — and the tail
+        of stderr) whatever the exit code. Raises StageCancelled / LeaseLost / StageTimeout (the
+        group already killed) when the runtime stopped the stage, or StageTimeout when stdout was
+        silent for `stall_seconds`.
+        """
+        self.check_cancelled()
+        run = self._run
+        if time.monotonic() >= run.deadline:
+            run.abort(TIMEOUT, f"stage deadline of {run.task.timeout_seconds:g}s passed")
+            run.raise_if_aborted()
+        group = processes.start(argv, cwd=cwd or self.workspace)
+        run.add_group(group)
+        lines: queue.Queue = queue.Queue()
+        stderr_tail: deque[bytes] = deque()
+        stderr_size = [0]
+
+        def read_stdout() -> None:
+            try:
+                for raw in iter(group.popen.stdout.readline, b""):
+                    lines.put(raw)
+            finally:
+                lines.put(None)
+
+        def read_stderr() -> None:
+            for raw in iter(group.popen.stderr.readline, b""):
+                stderr_tail.append(raw)
+                stderr_size[0] += len(raw)
+                while stderr_size[0] > STDERR_TAIL_BYTES and len(stderr_tail) > 1:
+                    stderr_size[0] -= len(stderr_tail.popleft())
+
+        readers = [
+            threading.Thread(target=read_stdout, name=f"stdout-{group.pgid}", daemon=True),
+            threading.Thread(target=read_stderr, name=f"stderr-{group.pgid}", daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        kept: list[bytes] = []
+        kept_size = 0
+        last_output = time.monotonic()
+        stdout_done = False
+        exited_at: float | None = None
+        last_check = 0.0
+        try:
+            while True:
+                try:
+                    raw = lines.get(timeout=0.0 if stdout_done else 0.2)
+                except queue.Empty:
+                    raw = b""
+                    if stdout_done:
+                        time.sleep(0.05)
+                if raw is None:
+                    stdout_done = True
+                elif raw:
+                    last_output = time.monotonic()
+                    if on_stdout_line is not None:
+                        on_stdout_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+                    elif kept_size < STDOUT_KEEP_BYTES:
+                        kept.append(raw)
+                        kept_size += len(raw)
+                    if time.monotonic() - last_check < 0.2:
+                        continue  # drain what is queued; the checks below run at least every 0.2 s
+                now = last_check = time.monotonic()
+                run.raise_if_aborted()
+                if group.popen.poll() is not None:
+                    exited_at = exited_at or now
+                    # A grandchild still holding stdout open must not keep the stage alive.
+                    if stdout_done or now - exited_at > 2.0:
+                        break
+                if now >= run.deadline:
+                    run.abort(TIMEOUT, f"stage deadline of {run.task.timeout_seconds:g}s passed")
+                    run.raise_if_aborted()
+                if stall_seconds and now - last_output > stall_seconds:
+                    raise StageTimeout(f"{Path(argv[0]).name} printed no progress for {stall_seconds:g}s (stalled)")
+                self._maybe_flush()
+        except BaseException:
+            group.stop(run.kill_grace)
+            raise
+        finally:
+            run.remove_group(group)
+            if group.group_exists() and group.popen.poll() is not None:
+                group.kill_now()  # leftovers of an exited leader: nothing outlives its stage
+            for reader in readers:
+                reader.join(timeout=2)
+            for stream in (group.popen.stdout, group.popen.stderr):
+                try:
+                    stream.close()
+                except Exception:
+                    pass
+            processes.forget_if_finished(group)
+        returncode = group.popen.wait()
+        run.raise_if_aborted()  # killed between two checks
+        return subprocess.CompletedProcess(
+            list(argv), returncode,
+            b"".join(kept).decode("utf-8", "replace"),
+            b"".join(stderr_tail).decode("utf-8", "replace"),
+        )

@@ -1,0 +1,158 @@
+"""Subprocesses the runtime owns.
+
+Every stage subprocess starts in a session (and so a process group) of its own, so the runtime can
+signal the whole group: FFmpeg and anything it spawned. Stopping a group is SIGTERM, a short grace,
+then SIGKILL. On Linux the direct child also gets PR_SET_PDEATHSIG=SIGKILL, so it dies with the
+worker even when the worker itself is SIGKILLed (grandchildren are not covered by that; stages run
+FFmpeg directly, which spawns none).
+
+Every group started by this process is remembered until it is gone, so the worker can make sure
+nothing is left running when it exits (`kill_all()`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger("jetencode.worker")
+
+PR_SET_PDEATHSIG = 1
+
+_prctl = None
+if sys.platform.startswith("linux"):
+    try:
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no libc symbol: no parent-death signal
+        _prctl = None
+
+
+def _child_setup(parent_pid: int) -> None:  # runs in the child between fork and exec: keep it tiny
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the worker died before prctl took effect
+        os._exit(111)
+
+
+class ProcessGroup:
+    """One started subprocess and its process group (pgid == the child's pid)."""
+
+    def __init__(self, popen: subprocess.Popen, argv: Sequence[str]):
+        self.popen = popen
+        self.pgid = popen.pid
+        self.argv = list(argv)
+        self._stop_lock = threading.Lock()
+        self._stopping = False
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_exists(self) -> bool:
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def finished(self) -> bool:
+        """The child was reaped and no process of its group is left."""
+        return self.popen.poll() is not None and not self.group_exists()
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM the group, wait up to `grace`, then SIGKILL whatever is left. Blocks."""
+        with self._stop_lock:
+            if self._stopping:
+                already = True
+            else:
+                self._stopping = True
+                already = False
+        if not already:
+            self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if self.finished():
+                _forget(self)
+                return
+            time.sleep(0.05)
+        self.signal(signal.SIGKILL)
+        # Reap the leader so no zombie stays behind (it cannot ignore SIGKILL).
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.error("process group %s did not exit after SIGKILL", self.pgid)
+            return
+        if not self.group_exists():
+            _forget(self)
+
+    def stop_async(self, grace: float) -> None:
+        threading.Thread(target=self.stop, args=(grace,), name=f"kill-{self.pgid}", daemon=True).start()
+
+    def kill_now(self) -> None:
+        self.signal(signal.SIGKILL)
+
+
+_live: set[ProcessGroup] = set()
+_live_lock = threading.Lock()
+
+
+def _forget(group: ProcessGroup) -> None:
+    with _live_lock:
+        _live.discard(group)
+
+
+def start(argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> ProcessGroup:
+    """Start `argv` in its own session with stdout and stderr piped and no stdin."""
+    popen = subprocess.Popen(
+        list(argv),
+        cwd=str(cwd) if cwd is not None else None,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=functools.partial(_child_setup, os.getpid()),  # noqa: PLW1509 (tiny, no locks, no imports)
+        close_fds=True,
+    )
+    group = ProcessGroup(popen, argv)
+    with _live_lock:
+        _live.add(group)
+    return group
+
+
+def forget_if_finished(group: ProcessGroup) -> None:
+    if group.finished():
+        _forget(group)
+
+
+def live_groups() -> list[ProcessGroup]:
+    with _live_lock:
+        return list(_live)
+
+
+def kill_all() -> int:
+    """SIGKILL every group this process started that still exists (the last line of defence)."""
+    killed = 0
+    for group in live_groups():
+        if group.group_exists():
+            group.kill_now()
+            killed += 1
+        try:
+            group.popen.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        _forget(group)
+    return killed

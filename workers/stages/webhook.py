@@ -1,0 +1,73 @@
+"""webhook: POST a signed JSON summary of a job that reached a terminal state.
+
+Inserted by the scheduler (cluster placement, background pool) in the transaction that sets the
+terminal status; it never changes the job (DECISIONS 4). Payload: {"url", "event", "webhook_id"}
+and optionally "job" (a summary) and "occurred_at"; without "job" the summary is read from the
+jobs table (read-only) when the webhook is sent. The webhook-id is taken from the payload so it is
+the same on every retry; a non-2xx answer or a network error raises, and the queue's retry policy
+tries again.
+"""
+
+from __future__ import annotations
+
+import http.client
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+from jetencode.media import webhooks
+from workers.stages.base import PermanentFailure, StageContext, stage
+
+
+def _display(url: str) -> str:
+    """The URL without query or credentials: receivers often put tokens in the query string."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+
+
+def job_summary(job_id: str) -> dict:
+    """The JSON summary of a job a receiver gets as `data`: status, timing, error and outputs."""
+    from jetencode.models import Job
+
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return {"id": str(job_id)}
+    outputs = [
+        {"name": o.name, "kind": o.kind, "size_bytes": o.size_bytes, "url": o.storage_url}
+        for o in job.outputs.order_by("name")
+    ]
+    return {
+        "id": str(job.pk), "type": job.type, "status": job.status, "progress": job.progress,
+        "params": job.params, "priority": job.priority, "error": job.last_error,
+        "created_at": job.created_at.isoformat() if job.created_at else None,
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "outputs": outputs,
+    }
+
+
+@stage("webhook")
+def webhook(ctx: StageContext) -> dict:
+    payload = ctx.payload or {}
+    url = payload.get("url")
+    if not url:
+        raise PermanentFailure("webhook payload has no url")
+    event = str(payload.get("event") or "job.updated")
+    job = payload.get("job") or job_summary(ctx.job_id)
+    webhook_id = str(payload.get("webhook_id") or f"msg_task_{ctx.task_id}")
+    occurred_at = str(payload.get("occurred_at") or job.get("finished_at") or datetime.now(UTC).isoformat())
+    body = webhooks.envelope(event, job, occurred_at)
+    try:
+        delivery = webhooks.send(url, body, webhook_id)
+    except webhooks.UnsafeWebhookURL as exc:
+        ctx.log(f"refused {_display(url)}: {exc}")
+        raise PermanentFailure(str(exc)) from None
+    except (OSError, http.client.HTTPException) as exc:
+        ctx.log(f"POST {_display(url)} failed: {exc!r}")
+        raise RuntimeError(f"webhook delivery failed: {exc}") from exc
+    ctx.log(f"POST {_display(url)} ({delivery.address}) {event} webhook-id={webhook_id} -> {delivery.status}")
+    if not delivery.ok:
+        if delivery.body:
+            ctx.log("response: " + delivery.body[:500])
+        raise RuntimeError(f"webhook receiver answered {delivery.status}")
+    ctx.progress(100.0)
+    return {"status": delivery.status, "webhook_id": webhook_id, "event": event}
