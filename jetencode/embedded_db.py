@@ -19,6 +19,8 @@ DEFAULT_PGDATA = BASE_DIR / "var" / "pgdata"
 DATABASE_NAME = "jetencode"
 
 logger = logging.getLogger(__name__)
+# pgserver logs every handle at INFO, including from atexit after streams are closed.
+logging.getLogger("pgserver").setLevel(logging.WARNING)
 
 
 def _pgdata() -> Path:

@@ -157,7 +157,6 @@ JETENCODE = {
     "STALL_SECONDS": envfloat("JETENCODE_STALL_SECONDS", 120, minimum=1),
     "WEBHOOK_SECRET": envstr("JETENCODE_WEBHOOK_SECRET"),
     "WEBHOOK_ALLOW_PRIVATE": envbool("JETENCODE_WEBHOOK_ALLOW_PRIVATE", False),
-    "WEBHOOK_MAX_ATTEMPTS": envint("JETENCODE_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=20),
 }
 MEDIA_ROOT_DIR = Path(envstr("JETENCODE_MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 OUTPUT_ROOT_DIR = Path(envstr("JETENCODE_OUTPUT_ROOT", str(VAR_DIR / "outputs"))).resolve()
@@ -178,5 +177,5 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_JSON else "text"}},
     "root": {"handlers": ["console"], "level": envstr("JETENCODE_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "pgserver": {"level": "WARNING"}},
 }

@@ -23,6 +23,19 @@ from scheduler.models import QueueTask, QueueWorker, TaskLog
 PAGE_SIZE = 25
 LOG_LINES = 200
 TIMELINE_TASKS = 200
+MAX_OUTPUTS = 500
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".webp")
+VIDEO_SUFFIXES = (".mp4", ".webm", ".m4v")
+
+
+def _display_kind(name: str) -> str:
+    """How the job page shows an output: an <img>, a playable <video>, or a link."""
+    lowered = name.lower()
+    if lowered.endswith(IMAGE_SUFFIXES):
+        return "image"
+    if lowered.endswith(VIDEO_SUFFIXES):
+        return "video"
+    return "file"
 
 
 def _category_rank():
@@ -126,7 +139,9 @@ def job_context(job: Job) -> dict:
     )
     stage_logs.reverse()
     log_lines = job.log.splitlines()[-LOG_LINES:]
-    outputs = list(JobOutput.objects.filter(job=job).order_by("execution_id", "name"))
+    outputs = list(JobOutput.objects.filter(job=job).order_by("execution_id", "name")[:MAX_OUTPUTS])
+    for output in outputs:
+        output.display = _display_kind(output.name)
     schedule = getattr(job, "schedule", None)
     entry = queries.queue_entry(job.id) if job.status not in ("completed", "cancelled") else None
     terminal = job.status in TERMINAL_STATUSES and not any(t.state == "running" for t in tasks)
@@ -139,6 +154,8 @@ def job_context(job: Job) -> dict:
         "log_lines": log_lines,
         "stage_logs": stage_logs,
         "outputs": outputs,
+        "media_outputs": [o for o in outputs if o.display != "file"],
+        "file_outputs": [o for o in outputs if o.display == "file"],
         "terminal": terminal,
         "log_sig": f"{len(job.log)}:{stage_logs[-1]['task_id'] if stage_logs else 0}:{len(stage_logs)}:{stage_logs[-1]['at'].timestamp() if stage_logs else 0}",
         "outputs_sig": ",".join(f"{o.id}" for o in outputs),

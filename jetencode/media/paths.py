@@ -19,7 +19,7 @@ from django.conf import settings
 
 MAX_PATH_CHARS = 1024
 MAX_COMPONENT_CHARS = 255
-# RFC 3986 scheme syntax; also catches FFmpeg protocols (concat:, file:, subfile:, data:...).
+# RFC 3986 scheme syntax; also catches FFmpeg protocols (concat:, file:, data:...).
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
@@ -46,8 +46,11 @@ def check_relative(rel: str, *, what: str = "path") -> PurePosixPath:
         raise UnsafePathError(f"{what} contains a backslash; use / to separate directories")
     if rel.startswith("/") or rel.startswith("~"):
         raise UnsafePathError(f"{what} must be relative to the media root, not absolute")
-    if _SCHEME.match(rel) or "://" in rel:
-        raise UnsafePathError(f"{what} looks like a URL or FFmpeg protocol ({rel.split(':', 1)[0]}:); only files under the media root are allowed")
+    # FFmpeg reads a protocol from the start of the name, including option forms such as
+    # "subfile,,start,0,end,1,,:x", so any ':' before the first '/' is refused.
+    if _SCHEME.match(rel) or "://" in rel or ":" in rel.split("/", 1)[0]:
+        scheme = re.split(r"[:,]", rel, maxsplit=1)[0][:20]
+        raise UnsafePathError(f"{what} looks like a URL or FFmpeg protocol ({scheme}:); only files under the media root are allowed")
     parts = [part for part in rel.split("/") if part not in ("", ".")]
     if not parts:
         raise UnsafePathError(f"{what} must name a file or directory under the media root")

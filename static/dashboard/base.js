@@ -2,7 +2,7 @@
  *
  * - JE.live(el): refetch el's data-src (a server-rendered partial) every data-refresh ms while the
  *   tab is visible (six times slower while hidden) and swap each [data-live] section whose data-sig
- *   changed. A refresh waits while the user is typing in the section.
+ *   changed. A refresh waits while the user is typing in the section (or options.hold() says so).
  * - form[data-action]: operator actions are plain forms; here they are posted with fetch
  *   (Accept: application/json), the answer is flashed and the live sections refresh at once.
  * - [data-count-up] / [data-count-down]: seconds that keep ticking between refreshes.
@@ -75,7 +75,7 @@
 
     function refresh(force) {
       if (inflight) return Promise.resolve();
-      if (!force && editing()) { schedule(); return Promise.resolve(); }
+      if (!force && (editing() || (options.hold && options.hold()))) { schedule(); return Promise.resolve(); }
       inflight = true;
       return fetch(src, { headers: { "X-Requested-With": "fetch" }, credentials: "same-origin" })
         .then(function (r) {

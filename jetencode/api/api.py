@@ -1,0 +1,50 @@
+"""The NinjaAPI instance: one router per area, token/session auth, JSON errors everywhere.
+
+Mounted at the site root (see `jetencode.api.urls`): /v2/... for jobs, queue, workers and stats,
+/v1/sysinfo, /healthz and /metrics. OpenAPI at /v2/openapi.json, interactive docs at /v2/docs.
+"""
+
+from __future__ import annotations
+
+from ninja import NinjaAPI
+
+from jetencode.api import errors, jobs, queue, stats, system, workers
+from jetencode.api.auth import AUTH
+
+DESCRIPTION = """\
+Create media jobs and follow them; steer the queue; watch workers.
+
+**Auth.** `Authorization: Bearer <token>` (create one with `python manage.py create_api_token USERNAME
+--scope read|operate`). `read` tokens may only GET; `operate` tokens may do everything their user's
+permissions allow (Operators group or superuser). The dashboard's session cookie also works, with CSRF
+enforced on unsafe methods. 401 without valid credentials, 403 when scope or permission is not enough.
+`/healthz` and `/metrics` need no credentials.
+
+**Errors.** `{"detail": "..."}`; validation errors are 422
+`{"detail": "invalid <fields>", "errors": [{"field": ..., "message": ...}]}`.
+"""
+
+
+class JetEncodeAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation) -> str:
+        # Function names are unique across the routers: list_jobs, create_job, pause, drain_worker...
+        return operation.view_func.__name__
+
+
+api = JetEncodeAPI(
+    title="JetEncode API",
+    version="2",
+    description=DESCRIPTION,
+    auth=AUTH,
+    openapi_url="/v2/openapi.json",
+    docs_url="/v2/docs",
+    urls_namespace="jetencode-api",
+)
+errors.install(api)
+
+api.add_router("/v2/jobs", jobs.router)
+api.add_router("/v2/job-types", jobs.types_router)
+api.add_router("/v2/queue", queue.router)
+api.add_router("/v2/workers", workers.router)
+api.add_router("/v2/stats", stats.router)
+api.add_router("", system.router)

@@ -1,0 +1,102 @@
+"""Timed maintenance inside every worker (DECISIONS 9): not queued tasks, which could get stuck.
+
+Every RECOVERY_INTERVAL_SECONDS (with a little jitter):
+- `recover_expired` until it returns less than a full batch: leases nobody renewed go to
+  retry_wait (attempt counted) or failed;
+- `mark_stale_workers(STALE_WORKER_SECONDS)`: silent workers are reported offline;
+- `reassign_lost_jobs(REASSIGN_AFTER_SECONDS)`: jobs pinned to a worker silent that long start a
+  new execution elsewhere;
+- `note_recovery_ran`.
+Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), and hourly
+`purge_history(RETENTION_DAYS)`.
+All of it is safe with every worker doing it at once: the SQL locks with SKIP LOCKED.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from scheduler import repository
+from workers.db import DB_ERRORS, RateLimitedLog, name_thread_connection, refresh_connection, reset_connection
+
+if TYPE_CHECKING:
+    from workers.runtime import Worker
+
+log = logging.getLogger("jetencode.worker")
+
+RECOVER_BATCH = 100
+PURGE_BATCH = 500
+PURGE_EVERY = 3600.0
+
+
+class Maintenance(threading.Thread):
+    def __init__(self, worker: Worker):
+        super().__init__(name="maintenance", daemon=True)
+        self.worker = worker
+        self.stop_event = threading.Event()
+        self.rounds = 0
+        self._trouble = RateLimitedLog(60)
+
+    def run(self) -> None:
+        timing = self.worker.timing
+        name_thread_connection(f"jetencode-worker {self.worker.uid} maintenance")
+        now = time.monotonic()
+        next_sample = now + random.uniform(0, min(timing.sample_interval, 5.0))
+        next_purge = now + random.uniform(30.0, 90.0)  # not every worker at the same second after a deploy
+        while not self.stop_event.is_set():
+            refresh_connection()
+            self._step("recovery", self.recover)
+            now = time.monotonic()
+            if now >= next_sample:
+                if self._step("sample", repository.record_sample):
+                    next_sample = now + timing.sample_interval
+            if now >= next_purge:
+                if self._step("retention", self.purge):
+                    next_purge = now + PURGE_EVERY
+            self.rounds += 1
+            self.stop_event.wait(timing.recovery_interval * random.uniform(0.9, 1.1))
+
+    def _step(self, what: str, func) -> bool:
+        try:
+            func()
+            return True
+        except repository.SessionSuperseded:
+            self.worker.on_taken_over()
+        except DB_ERRORS as exc:
+            reset_connection()
+            self._trouble.warning("maintenance (%s) failed: %s", what, str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+        except Exception:
+            log.exception("maintenance (%s) failed", what)
+        return False
+
+    def recover(self) -> None:
+        timing = self.worker.timing
+        while not self.stop_event.is_set():
+            rows = repository.recover_expired(RECOVER_BATCH)
+            for task_id, outcome in rows:
+                log.info("recovered task %s: lease expired -> %s", task_id, outcome,
+                         extra={**self.worker.log_extra, "task_id": task_id})
+            if len(rows) < RECOVER_BATCH:
+                break
+        for uid in repository.mark_stale_workers(timing.stale_worker):
+            log.warning("worker %s is stale (no heartbeat for %gs): reported offline", uid, timing.stale_worker,
+                        extra=self.worker.log_extra)
+        for job_id, execution_id in repository.reassign_lost_jobs(timing.reassign_after):
+            log.warning("job %s: its worker is lost; execution %s started elsewhere", job_id, execution_id,
+                        extra={**self.worker.log_extra, "job_id": str(job_id)})
+        repository.note_recovery_ran()
+
+    def purge(self) -> None:
+        total = 0
+        while not self.stop_event.is_set():
+            purged = repository.purge_history(self.worker.timing.retention_days, PURGE_BATCH)
+            total += purged
+            if purged < PURGE_BATCH:
+                break
+        if total:
+            log.info("retention: purged %s finished jobs older than %s days", total, self.worker.timing.retention_days,
+                     extra=self.worker.log_extra)
