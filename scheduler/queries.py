@@ -162,13 +162,13 @@ def metrics_scalars(stuck_after_seconds: float) -> dict[str, Any]:
 
 
 def claim_latency_histogram(buckets: list[float]) -> dict[str, Any]:
-    row = _rows("claim_latency_histogram", {"buckets": buckets})[0]
+    row = _rows("claim_latency_histogram", {"buckets": [float(b) for b in buckets]})[0]
     row["buckets"] = list(row["buckets"] or [0] * len(buckets))
     return row
 
 
 def stage_duration_histogram(buckets: list[float]) -> list[dict[str, Any]]:
-    return _rows("stage_duration_histogram", {"buckets": buckets})
+    return _rows("stage_duration_histogram", {"buckets": [float(b) for b in buckets]})
 
 
 def workers_by_lifecycle() -> dict[str, int]:

@@ -81,7 +81,8 @@ class TaskRun:
 
     @property
     def extra(self) -> dict[str, Any]:
-        return {"job_id": str(self.task.job_id), "task_id": self.task.id, "slot": self.slot}
+        return {"job_id": str(self.task.job_id), "task_id": self.task.id, "slot": self.slot,
+                "worker_uid": self.lease.worker_uid, "session_id": str(self.lease.session_id)}
 
     def renewed(self, sent_at: float) -> None:
         with self._lock:

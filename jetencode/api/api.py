@@ -6,6 +6,7 @@ Mounted at the site root (see `jetencode.api.urls`): /v2/... for jobs, queue, wo
 
 from __future__ import annotations
 
+from django.urls import get_script_prefix
 from ninja import NinjaAPI
 
 from jetencode.api import errors, jobs, queue, stats, system, workers
@@ -29,6 +30,10 @@ class JetEncodeAPI(NinjaAPI):
     def get_openapi_operation_id(self, operation) -> str:
         # Function names are unique across the routers: list_jobs, create_job, pause, drain_worker...
         return operation.view_func.__name__
+
+    def get_root_path(self, path_params) -> str:
+        # Mounted at the site root without ninja's "" home view (jetencode.api.urls drops it).
+        return get_script_prefix()
 
 
 api = JetEncodeAPI(

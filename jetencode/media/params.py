@@ -145,7 +145,7 @@ class TranscodeParams(SingleInput, EncodeOptions):
 # --- library ------------------------------------------------------------------------------------
 
 class ScanParams(Params):
-    directory: str = Field("videos", description="Directory under the media root to walk")
+    directory: str = Field("videos", description="Directory under the media root to walk", validate_default=True)
     recursive: bool = True
     skip_existing: bool = Field(True, description="Do not re-validate files that already have a valid asset")
 
@@ -156,7 +156,7 @@ class ScanParams(Params):
 
 
 class PublicScanParams(ScanParams):
-    directory: str = Field("public", description="Directory under the media root to walk")
+    directory: str = Field("public", description="Directory under the media root to walk", validate_default=True)
 
 
 class ValidateParams(SingleInput):

@@ -1,0 +1,87 @@
+"""/dashboard/workers and /dashboard/workers/<uid>: lifecycle, capacity and utilization per pool and
+category, VRAM, the latest system sample, active tasks, the capability catalog, and drain."""
+
+from __future__ import annotations
+
+from django.http import Http404
+
+from dashboard.views.common import is_partial, page, viewer_required
+from scheduler import queries
+
+def _first(sample: dict, *keys):
+    for key in keys:
+        value = sample.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def describe(worker: dict) -> dict:
+    """Add what the templates draw: per-category utilization, gauges and the VRAM bar."""
+    limits = worker["category_limits"] or {}
+    running = worker["running_by_category"] or {}
+    worker["categories"] = [
+        {"name": name, "limit": int(limit or 0), "running": int(running.get(name, 0))}
+        for name, limit in sorted(limits.items())
+    ] + [
+        {"name": name, "limit": 0, "running": int(count)} for name, count in sorted(running.items()) if name not in limits
+    ]
+    sample = worker["system_sample"] or {}
+    memory = sample.get("memory") if isinstance(sample.get("memory"), dict) else {}
+    disk = sample.get("disk") if isinstance(sample.get("disk"), dict) else {}
+    cpu = sample.get("cpu") if isinstance(sample.get("cpu"), dict) else {}
+    worker["gauges"] = [
+        {"label": "CPU", "value": _first(sample, "cpu_percent") if not cpu else _first(cpu, "percent")},
+        {"label": "Memory", "value": _first(sample, "memory_percent", "mem_percent") if not memory else _first(memory, "percent")},
+        {"label": "Disk", "value": _first(sample, "disk_percent") if not disk else _first(disk, "percent")},
+    ]
+    worker["sample_items"] = sorted(
+        (key, value) for key, value in sample.items() if not isinstance(value, dict | list)
+    )
+    worker["sample_groups"] = sorted((key, value) for key, value in sample.items() if isinstance(value, dict))
+    worker["vram_percent"] = round(100 * worker["vram_used_mb"] / worker["vram_total_mb"]) if worker["vram_total_mb"] else 0
+    worker["vram_label"] = f"{worker['vram_used_mb']} / {worker['vram_total_mb']} MB"
+    worker["capacity"] = [
+        _meter("Media", worker["media_running"], worker["concurrency"]),
+        _meter("Background", worker["background_running"], worker["background_slots"]),
+        *(_meter(c["name"], c["running"], c["limit"]) for c in worker["categories"]),
+    ]
+    return worker
+
+
+def _meter(label: str, used: int, total: int) -> dict:
+    return {"label": label, "percent": round(100 * used / total) if total else 0, "text": f"{used} / {total}"}
+
+
+def catalog_sections(capabilities: dict) -> list[tuple[str, object]]:
+    """The capability catalog as (name, value) pairs: lists stay lists, everything else as text."""
+    return sorted(capabilities.items(), key=lambda item: str(item[0]))
+
+
+@viewer_required
+def workers(request):
+    rows = [describe(w) for w in queries.workers_overview()]
+    counts = {"active": 0, "draining": 0, "offline": 0}
+    for w in rows:
+        counts[w["lifecycle"]] = counts.get(w["lifecycle"], 0) + 1
+    context = {"workers": rows, "counts": counts}
+    if is_partial(request):
+        return page(request, "dashboard/partials/workers_list.html", context)
+    return page(request, "dashboard/workers.html", context)
+
+
+@viewer_required
+def worker_detail(request, uid):
+    found = queries.workers_overview(uid)
+    if not found:
+        raise Http404("no such worker")
+    worker = describe(found[0])
+    context = {
+        "w": worker,
+        "active_tasks": queries.worker_active_tasks(uid),
+        "queued": queries.queue_list(worker=uid, limit=50),
+        "catalog": catalog_sections(worker["capabilities"]),
+    }
+    if is_partial(request):
+        return page(request, "dashboard/partials/worker_live.html", context)
+    return page(request, "dashboard/worker.html", context)
