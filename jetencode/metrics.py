@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from jetencode.models import JOB_STATUSES, RESOURCE_CATEGORIES
 from scheduler import queries
@@ -122,5 +122,5 @@ registry.register(JetEncodeCollector())
 
 
 def render() -> tuple[bytes, str]:
-    """The exposition text and its content type."""
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    """The exposition text and its content type (the classic 0.0.4 text format every Prometheus reads)."""
+    return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4

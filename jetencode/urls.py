@@ -1,8 +1,12 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("dashboard/", include("dashboard.urls")),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", RedirectView.as_view(pattern_name="dashboard:overview", permanent=False)),
     path("", include("jetencode.api.urls")),  # /v2/..., /v1/sysinfo, /healthz, /metrics
 ]
 

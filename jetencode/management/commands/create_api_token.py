@@ -16,9 +16,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("username")
-        parser.add_argument("--scope", choices=["read", "operate"], default="read",
-                            help="read: GET only; operate: everything the user's permissions allow (default read)")
-        parser.add_argument("--name", default="", help="A label to recognise the token by (e.g. the integration)")
+        parser.add_argument(
+            "--scope",
+            choices=["read", "operate"],
+            default="read",
+            help="read: GET only; operate: everything the user's permissions allow (default read)",
+        )
+        parser.add_argument(
+            "--name", default="", help="A label to recognise the token by (e.g. the integration)"
+        )
 
     def handle(self, *args, username: str, scope: str, name: str, **options):
         User = get_user_model()
@@ -30,12 +36,18 @@ class Command(BaseCommand):
             raise CommandError(f"user {username!r} is inactive")
         # The token works only as far as the user's permissions go; say so now rather than at the first 403.
         if not can_view(user):
-            self.stderr.write(f"warning: {username} is in neither Viewers nor Operators: every request will get 403")
+            self.stderr.write(
+                f"warning: {username} is in neither Viewers nor Operators: every request will get 403"
+            )
         elif scope == "operate" and not can_operate(user):
-            self.stderr.write(f"warning: {username} lacks jetencode.operate_queue: changes will get 403 "
-                              "(add the user to the Operators group)")
+            self.stderr.write(
+                f"warning: {username} lacks jetencode.operate_queue: changes will get 403 "
+                "(add the user to the Operators group)"
+            )
         token, raw = ApiToken.issue(user, scope=scope, name=name)
         label = f" {name!r}" if name else ""
-        self.stdout.write(f"Created {scope} token{label} for {username} (prefix {token.prefix}). "
-                          "Store it now; it is not shown again:")
+        self.stdout.write(
+            f"Created {scope} token{label} for {username} (prefix {token.prefix}). "
+            "Store it now; it is not shown again:"
+        )
         self.stdout.write(raw)

@@ -1,0 +1,44 @@
+"""/dashboard/: counts by state, capacity in use, and charts of throughput and queue depth drawn
+from the per-minute samples the workers store (queue_samples)."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from dashboard.charts import RESOLUTION, overview_charts
+from dashboard.views.common import is_partial, page, viewer_required
+from jetencode.models import JOB_STATUSES
+from scheduler import queries
+
+
+@viewer_required
+def overview(request):
+    try:
+        hours = int(request.GET.get("hours", "6"))
+    except ValueError:
+        hours = 6
+    if hours not in RESOLUTION:
+        hours = 6
+    stats = queries.stats()
+    workers = queries.workers_overview()
+    lifecycles = {"active": 0, "draining": 0, "offline": 0}
+    for worker in workers:
+        lifecycles[worker["lifecycle"]] = lifecycles.get(worker["lifecycle"], 0) + 1
+    by_status = stats["by_status"]
+    context = {
+        "hours": hours,
+        "windows": sorted(RESOLUTION),
+        "counts": [(status, by_status.get(status, 0)) for status in JOB_STATUSES],
+        "total_jobs": sum(by_status.values()),
+        "stats": stats,
+        "lifecycles": lifecycles,
+        "media_slots": sum(w["concurrency"] for w in workers if w["lifecycle"] == "active"),
+        "media_running": sum(w["media_running"] for w in workers),
+        "vram_percent": round(100 * stats["vram_used_mb"] / stats["vram_total_mb"]) if stats["vram_total_mb"] else 0,
+        "avg_by_type": sorted(stats["avg_processing_seconds_by_type"].items()),
+        "jobs_by_type": sorted(stats["jobs_by_type"].items(), key=lambda item: -item[1]),
+        "charts": overview_charts(queries.samples(hours), hours, timezone.now()),
+    }
+    if is_partial(request):
+        return page(request, "dashboard/partials/overview_live.html", context)
+    return page(request, "dashboard/overview.html", context)
