@@ -284,7 +284,14 @@ RETURNS TABLE (
   resource_category text, vram_mb int, timeout_seconds float, job_type text, job_params jsonb,
   job_hardware text
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The walk must follow the claim index in order and stop at the first eligible job. Statistics on a
+-- queue table are always stale (rows change state every few milliseconds), and a bitmap scan plus a
+-- sort of every runnable job would make each claim cost O(queue length) inside the serialized
+-- section; these settings keep the planner on ordered index scans whatever the statistics say.
+SET enable_sort = off
+SET enable_bitmapscan = off
+AS $$
 DECLARE
   w queue_workers%ROWTYPE;
   used record;
@@ -840,6 +847,18 @@ BEGIN
        AND w.last_heartbeat_at < now() - make_interval(secs => p_after_seconds)
      LIMIT p_batch
   LOOP
+    -- Every worker runs this loop: another one may have reassigned the job since the list above
+    -- was read. Take the scheduler lock first (canonical order, as redispatch does), then re-check
+    -- on rows committed since (each statement sees a fresh snapshot), so a job is reassigned once.
+    PERFORM 1 FROM queue_scheduler_state st WHERE st.id = 1 FOR UPDATE;
+    PERFORM 1 FROM job_schedule s
+      JOIN jobs j ON j.id = s.job_id
+      JOIN queue_workers w ON w.uid = s.assigned_worker_uid
+     WHERE s.job_id = c.job_id AND s.assigned_worker_uid = c.assigned_worker_uid
+       AND j.status IN ('pending', 'retry_wait')
+       AND s.cancel_requested_at IS NULL
+       AND w.last_heartbeat_at < now() - make_interval(secs => p_after_seconds);
+    CONTINUE WHEN NOT FOUND;
     job_id := c.job_id;
     execution_id := redispatch_job_v1(c.job_id, 'worker ' || c.assigned_worker_uid || ' lost');
     RETURN NEXT;
