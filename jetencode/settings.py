@@ -139,7 +139,9 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HTTPS
 SECURE_HSTS_PRELOAD = SECURE_HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("JETENCODE_BEHIND_PROXY") else None
 SESSION_COOKIE_HTTPONLY = True
-X_FRAME_OPTIONS = "SAMEORIGIN"  # the job page embeds its own MP4 outputs
+X_FRAME_OPTIONS = "DENY"  # nothing is framed: outputs play in <video>, which X-Frame-Options does not affect
+# Load balancer health checks and Prometheus scrape over plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("JETENCODE_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 
 # --- Scheduler and worker timing (validated again by the worker at start) ---

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 from scheduler import repository
 from workers import capabilities
 from workers.context import CANCELLED, LEASE_LOST, TAKEN_OVER
-from workers.db import DB_ERRORS, Backoff, RateLimitedLog, name_thread_connection, refresh_connection, reset_connection
+from workers.db import (
+    DB_ERRORS,
+    Backoff,
+    RateLimitedLog,
+    name_thread_connection,
+    refresh_connection,
+    reset_connection,
+)
 
 if TYPE_CHECKING:
     from workers.context import TaskRun

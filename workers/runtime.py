@@ -51,7 +51,14 @@ from workers.context import (
     RunContext,
     TaskRun,
 )
-from workers.db import DB_ERRORS, Backoff, RateLimitedLog, name_thread_connection, refresh_connection, reset_connection
+from workers.db import (
+    DB_ERRORS,
+    Backoff,
+    RateLimitedLog,
+    name_thread_connection,
+    refresh_connection,
+    reset_connection,
+)
 from workers.heartbeat import Heartbeat
 from workers.maintenance import Maintenance
 from workers.stages.base import HANDLERS, LeaseLost, PermanentFailure, StageCancelled, StageTimeout
@@ -544,8 +551,8 @@ class Worker:
         try:
             json.dumps(result)
         except (TypeError, ValueError) as exc:
-            self._final(run, "fail", lambda: repository.fail(
-                lease, f"the handler returned a result that is not JSON: {exc}", retryable=False))
+            message = f"the handler returned a result that is not JSON: {exc}"
+            self._final(run, "fail", lambda: repository.fail(lease, message, retryable=False))
             return
         from jetencode.media.storage import get_storage
 
@@ -558,9 +565,9 @@ class Worker:
                 for spec in ctx.publications:
                     prepared.append((spec, storage.prepare(ctx.job_id, Path(spec.source), spec.name)))
             except Exception as exc:
-                tb = traceback.format_exc()
+                message = failure_text(exc, traceback.format_exc())
                 log.warning("task %s: preparing outputs failed: %s", run.task.id, exc, extra=run.extra)
-                self._final(run, "fail", lambda: repository.fail(lease, failure_text(exc, tb), retryable=True))
+                self._final(run, "fail", lambda: repository.fail(lease, message, retryable=True))
                 return
             if run.abort_kind is not None:  # cancelled or lost while the files were copied
                 self._conclude_aborted(run)
@@ -585,9 +592,9 @@ class Worker:
             try:
                 self._final(run, "finish", finish_and_publish)
             except Exception as exc:  # publishing failed: the transaction was rolled back
-                tb = traceback.format_exc()
+                message = failure_text(exc, traceback.format_exc())
                 log.warning("task %s: publishing outputs failed: %s", run.task.id, exc, extra=run.extra)
-                self._final(run, "fail", lambda: repository.fail(lease, failure_text(exc, tb), retryable=True))
+                self._final(run, "fail", lambda: repository.fail(lease, message, retryable=True))
         finally:
             for _spec, p in prepared:
                 if p.temp not in committed:

@@ -135,8 +135,8 @@ def bar(value, state: str = "", label: str = ""):
     text = label or f"{number}%"
     return format_html(
         '<span class="bar {}" role="progressbar" aria-valuemin="0" aria-valuemax="100" aria-valuenow="{}">'
-        '<span class="fill" style="width: {}%"></span><span class="num">{}</span></span>',
-        BADGE_CLASSES.get(state, ""), number, number, text,
+        '<span class="track"><span class="fill" style="width: {}%"></span></span><span class="num">{}</span></span>',
+        BADGE_CLASSES.get(state, "b-none").replace("b-", "bar-"), number, number, text,
     )
 
 

@@ -6,7 +6,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
@@ -17,6 +17,8 @@ from dashboard.forms import FormError, JobForm
 from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
 from jetencode.media.jobtypes import JOB_TYPES
 from jetencode.models import JOB_STATUSES, RESOURCE_CATEGORIES, TERMINAL_STATUSES, Job, JobOutput
+from jetencode.services import ValidationError as JobValidationError
+from jetencode.services import create_job
 from scheduler import queries
 from scheduler.models import QueueTask, QueueWorker, TaskLog
 
@@ -51,7 +53,8 @@ def jobs_queryset():
     )
     return (
         Job.objects.select_related("schedule")
-        .annotate(category=Coalesce(F("schedule__required_category"), Subquery(top_category), Value("cpu")))
+        .annotate(category=Coalesce(F("schedule__required_category"), Subquery(top_category), Value("cpu"),
+                                    output_field=TextField()))
         .order_by("-created_at", "-id")
     )
 
@@ -215,8 +218,6 @@ def job_new(request):
 
 @operator_required
 def _create(request, form: JobForm):
-    from jetencode.services import JobValidationError, create_job
-
     try:
         payload = form.payload(request.POST)
         job = create_job(request.user, payload)

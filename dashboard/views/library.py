@@ -14,6 +14,8 @@ from django.urls import reverse
 from dashboard.files import serve_output
 from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
 from jetencode.models import MediaAsset
+from jetencode.services import ValidationError as JobValidationError
+from jetencode.services import create_job
 
 PAGE_SIZE = 50
 MAX_BULK = 100
@@ -80,8 +82,6 @@ def _params(action: str, asset: MediaAsset, target_directory: str) -> dict:
 @operator_required
 def library_action(request):
     """Per-asset (`one=<action>:<asset id>`) or bulk (`action` + checked `asset` ids) job creation."""
-    from jetencode.services import JobValidationError, create_job
-
     back = reverse("dashboard:library")
     one = request.POST.get("one", "")
     if one:

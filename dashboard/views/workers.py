@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from django.http import Http404
 
+from dashboard.templatetags.dashboard import filesize
 from dashboard.views.common import is_partial, page, viewer_required
 from scheduler import queries
-
-def _first(sample: dict, *keys):
-    for key in keys:
-        value = sample.get(key)
-        if value is not None:
-            return value
-    return None
 
 
 def describe(worker: dict) -> dict:
@@ -22,23 +16,27 @@ def describe(worker: dict) -> dict:
     running = worker["running_by_category"] or {}
     worker["categories"] = [
         {"name": name, "limit": int(limit or 0), "running": int(running.get(name, 0))}
-        for name, limit in sorted(limits.items())
+        for name, limit in sorted(limits.items()) if int(limit or 0) or int(running.get(name, 0))
     ] + [
         {"name": name, "limit": 0, "running": int(count)} for name, count in sorted(running.items()) if name not in limits
     ]
     sample = worker["system_sample"] or {}
     memory = sample.get("memory") if isinstance(sample.get("memory"), dict) else {}
     disk = sample.get("disk") if isinstance(sample.get("disk"), dict) else {}
-    cpu = sample.get("cpu") if isinstance(sample.get("cpu"), dict) else {}
+    cpu_text = None
+    if sample.get("cpu_percent") is not None:
+        cpu_text = f"{sample['cpu_percent']:.0f}%"
+        if sample.get("load_average"):
+            cpu_text += " · load " + " ".join(str(x) for x in sample["load_average"][:1])
     worker["gauges"] = [
-        {"label": "CPU", "value": _first(sample, "cpu_percent") if not cpu else _first(cpu, "percent")},
-        {"label": "Memory", "value": _first(sample, "memory_percent", "mem_percent") if not memory else _first(memory, "percent")},
-        {"label": "Disk", "value": _first(sample, "disk_percent") if not disk else _first(disk, "percent")},
+        {"label": "CPU", "value": sample.get("cpu_percent"), "text": cpu_text},
+        {"label": "Memory", "value": memory.get("percent"),
+         "text": f"{filesize(memory.get('used'))} / {filesize(memory.get('total'))}" if memory.get("total") else None},
+        {"label": "Disk", "value": disk.get("percent"),
+         "text": f"{filesize(disk.get('free'))} free" if disk.get("total") else None},
     ]
-    worker["sample_items"] = sorted(
-        (key, value) for key, value in sample.items() if not isinstance(value, dict | list)
-    )
-    worker["sample_groups"] = sorted((key, value) for key, value in sample.items() if isinstance(value, dict))
+    worker["sample_items"] = sorted((k, v) for k, v in sample.items() if not isinstance(v, dict))
+    worker["sample_groups"] = sorted((k, v) for k, v in sample.items() if isinstance(v, dict))
     worker["vram_percent"] = round(100 * worker["vram_used_mb"] / worker["vram_total_mb"]) if worker["vram_total_mb"] else 0
     worker["vram_label"] = f"{worker['vram_used_mb']} / {worker['vram_total_mb']} MB"
     worker["capacity"] = [

@@ -83,8 +83,10 @@ class TokenAuth(HttpBearer):
 
     @staticmethod
     def _touch(token: ApiToken) -> None:
-        """Record use, at most once a minute per token (one cheap conditional UPDATE)."""
+        """Record use, at most once a minute per token (one conditional UPDATE, only when due)."""
         now = timezone.now()
+        if token.last_used_at is not None and token.last_used_at >= now - LAST_USED_RESOLUTION:
+            return
         ApiToken.objects.filter(pk=token.pk).filter(
             Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
         ).update(last_used_at=now)

@@ -126,7 +126,7 @@ class Rendition(Params):
         return value
 
 
-class TranscodeParams(SingleInput, EncodeOptions):
+class TranscodeParams(EncodeOptions, SingleInput):
     ladder: list[Rendition] | None = Field(
         None, min_length=1, max_length=8,
         description="Renditions; default 1080/720/480/360 capped at the source resolution")
@@ -167,6 +167,19 @@ class MoveToLibraryParams(SingleInput):
     target_directory: str = Field("videos", description="Directory under the media root to move the file into")
     overwrite: bool = False
 
+    @field_validator("input")
+    @classmethod
+    def _input_is_safe(cls, value: str | None) -> str | None:
+        # Same checks as other inputs except existence: a retried move finds its input already
+        # moved, and must be able to recognise that and finish (the handler checks existence).
+        if value is None:
+            return None
+        try:
+            resolve_media_path(value, what="input", kind="file")
+        except UnsafePathError as exc:
+            raise ValueError(str(exc)) from None
+        return check_relative(value, what="input").as_posix()
+
     @field_validator("target_directory")
     @classmethod
     def _target_is_safe(cls, value: str) -> str:
@@ -175,7 +188,7 @@ class MoveToLibraryParams(SingleInput):
 
 # --- encode ---------------------------------------------------------------------------------------
 
-class ReencodeStreamingParams(SingleInput, EncodeOptions):
+class ReencodeStreamingParams(EncodeOptions, SingleInput):
     preset: Preset = "medium"
     target_bitrate_kbps: VideoKbps = Field(2000, description="maxrate; bufsize is twice this")
     max_height: int | None = Field(None, ge=144, le=4320, description="Scale down so the shorter side is at most this")
@@ -226,7 +239,7 @@ class CompileRandomParams(CompileOutput):
         return self
 
 
-class CompileQuadParams(MultiInput, CompileOutput):
+class CompileQuadParams(CompileOutput, MultiInput):
     cell_width: Width = 640
     cell_height: Height = 360
     duration: Literal["shortest", "longest"] = "shortest"
@@ -239,7 +252,7 @@ class CompileQuadParams(MultiInput, CompileOutput):
         return self
 
 
-class CompileMegaParams(MultiInput, CompileOutput):
+class CompileMegaParams(CompileOutput, MultiInput):
     layout: Literal["grid", "concat"] = "grid"
     columns: int | None = Field(None, ge=1, le=8, description="Grid columns; default ceil(sqrt(n))")
     cell_width: Width = 320
@@ -287,7 +300,7 @@ class TimeRange(Params):
         return self
 
 
-class ClipGenerateParams(SingleInput, EncodeOptions):
+class ClipGenerateParams(EncodeOptions, SingleInput):
     ranges: list[TimeRange] | None = Field(
         None, min_length=1, max_length=100,
         description="Explicit ranges; default the asset's stored scenes, else detected scenes")
@@ -308,7 +321,7 @@ class SignalWeights(Params):
         return self
 
 
-class SummaryParams(SingleInput, EncodeOptions):
+class SummaryParams(EncodeOptions, SingleInput):
     target_seconds: float = Field(30.0, ge=1, le=3600)
     segment_seconds: float = Field(3.0, ge=0.5, le=60)
     weights: SignalWeights = Field(default_factory=SignalWeights)

@@ -91,7 +91,7 @@ def test_concat_mixes_sizes_orientations_and_silence(clips, tmp_path):
 
 def test_concat_of_silent_segments_has_no_audio(clips, tmp_path):
     out = tmp_path / "cat.mp4"
-    run(commands.concat([commands.Segment(clips.silent, 1.0)] * 2, out, width=160, height=90, fps=25, encoding=FAST))
+    run(commands.concat([commands.Segment(clips.silent, 1.0, has_audio=False)] * 2, out, width=160, height=90, fps=25, encoding=FAST))
     assert probe(out).has_audio is False
 
 

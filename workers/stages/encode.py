@@ -36,7 +36,7 @@ from workers.stages.common import (
 def safe_stem(name: str, fallback: str = "video") -> str:
     """A file stem that is safe as an output name: letters, digits, dot, dash, underscore; no
     leading dot or dash."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).stem).lstrip(".-_")[:100]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).stem).lstrip(".-_")[:100].rstrip("_")
     return stem or fallback
 
 

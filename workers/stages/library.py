@@ -225,14 +225,18 @@ def library_register(ctx: StageContext) -> dict:
             shutil.copyfile(source, temp)
         os.replace(temp, dest)
         ctx.log(f"{workspace_rel(ctx, source)} -> media root {payload['path']}")
+    from jetencode.models import Job
+
     MediaAsset = _asset_model()
+    # The job row normally exists; if retention removed it, register the asset without the link.
+    source_job_id = ctx.job_id if Job.objects.filter(pk=ctx.job_id).exists() else None
     fields = {k: v for k, v in (payload.get("metadata") or {}).items() if k in {
         "size_bytes", "duration_seconds", "width", "height", "fps", "video_codec", "audio_codec", "bitrate",
         "orientation", "has_audio"}}
     asset, created = MediaAsset.objects.get_or_create(
         path=relative_to_media_root(dest),
         defaults={"title": payload.get("title", dest.stem), "directory": payload.get("directory", ""),
-                  "source_job_id": ctx.job_id, "valid": True, "validated_at": timezone.now(), **fields},
+                  "source_job_id": source_job_id, "valid": True, "validated_at": timezone.now(), **fields},
     )
     ctx.progress(100.0)
     ctx.log(("created" if created else "found existing") + f" library asset {asset.pk} for {asset.path}")

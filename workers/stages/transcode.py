@@ -61,7 +61,7 @@ def transcode(ctx: StageContext) -> dict:
     duration = info.duration_seconds
     for rung in ladder:
         width, height = commands.fit_short_side(info.width, info.height, rung["height"])
-        rung.update(width=width, height_px=height)
+        rung["resolution"] = f"{width}x{height}"
         ctx.spawn_child(child("transcode.rendition", {
             "input": staged_rel, "name": rung["name"], "width": width, "height": height,
             "video_bitrate_kbps": rung["video_bitrate_kbps"], "segment_seconds": params.segment_seconds,
@@ -78,7 +78,7 @@ def transcode(ctx: StageContext) -> dict:
         "duration": duration,
     }, pool="background", duration=duration, wait_for_siblings=True))
     ctx.progress(100.0)
-    ctx.log("ladder: " + ", ".join(f"{r['name']} {r['width']}x{r['height_px']} {r['video_bitrate_kbps']}k" for r in ladder))
+    ctx.log("ladder: " + ", ".join(f"{r['name']} {r['resolution']} {r['video_bitrate_kbps']}k" for r in ladder))
     return {"source": {k: v for k, v in info.to_dict().items() if k != "path"}, "ladder": ladder,
             "resource": choice.as_dict()}
 

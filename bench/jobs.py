@@ -1,0 +1,69 @@
+"""Enqueueing from the benchmark: the same enqueue_job_v1 call the API makes, on a raw connection.
+
+The arguments come from `jetencode.services.build_new_job` (the validation the API and dashboard
+share), so a benchmark job is exactly what `POST /v2/jobs` would have queued; only the transport
+differs (batches of enqueues in one statement, so the producer is not the bottleneck).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import psycopg
+
+ENQUEUE_ARGS = "%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+ENQUEUE = f"SELECT enqueue_job_v1({ENQUEUE_ARGS})"
+ENQUEUE_MANY = f"SELECT enqueue_job_v1({ENQUEUE_ARGS}) FROM generate_series(1, %s)"
+
+
+def setup_django(url: str) -> None:
+    """Configure Django in this process for the bench database (ORM, services, test Client)."""
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jetencode.settings")
+    os.environ.setdefault("JETENCODE_APPLICATION_NAME", "jetencode-bench")
+    import django
+
+    django.setup()
+
+
+def job_args(payload: dict, *, notify: bool = True) -> list:
+    """enqueue_job_v1's arguments for an API-style payload ({"type": ..., "params": ...})."""
+    from django.conf import settings
+
+    from jetencode import services
+
+    job = services.build_new_job(payload)
+    return [
+        job.job_type, json.dumps(job.params), job.priority, job.max_attempts, job.webhook_url,
+        job.required_worker_uid, job.hardware, job.resource_category, job.vram_mb, job.required_category,
+        job.required_vram_mb, job.timeout_seconds, job.created_by, settings.JETENCODE["STALE_WORKER_SECONDS"],
+        notify,
+    ]
+
+
+def raw_args(job_type: str, params: dict, *, priority: int = 0, notify: bool = True) -> list:
+    """Arguments for a job type the API does not know (the bench's own `bench_probe`)."""
+    return [job_type, json.dumps(params), priority, 1, None, None, "auto", None, None, None, 0, 600, None, 60.0, notify]
+
+
+def enqueue_many(conn: psycopg.Connection, args: list, count: int, batch: int = 100) -> float:
+    """Enqueue `count` jobs, `batch` per transaction. Returns the seconds it took."""
+    started = time.perf_counter()
+    left = count
+    while left > 0:
+        n = min(batch, left)
+        conn.execute(ENQUEUE_MANY, [*args, n])
+        left -= n
+    return time.perf_counter() - started
+
+
+def wait_for(conn: psycopg.Connection, query: str, params, target: int, timeout: float, poll: float = 0.1) -> int:
+    """Poll `query` (a count) until it reaches `target`; return the last count (may be short on timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = conn.execute(query, params).fetchone()[0]
+        if value >= target or time.monotonic() > deadline:
+            return value
+        time.sleep(poll)

@@ -1,0 +1,98 @@
+"""Measurement 1: end-to-end throughput of `noop` jobs ({"seconds": 0}) through real workers.
+
+For each worker count: empty queue, start the workers (`manage.py runworker --concurrency 4`) and
+let them finish a few warm-up jobs; then a producer enqueues the measured jobs (batches of 100 per
+transaction, the API's enqueue function) while the workers drain them. Throughput is completed
+stages / (last finish - first enqueue), both PostgreSQL timestamps; a `noop` job without children
+is one stage (its dispatch), which the worker claims, reports progress on, and finishes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from bench import db, jobs
+from bench.profile import ActivitySampler
+from bench.workers import CpuMeter, WorkerPool
+
+PAYLOAD = {"type": "noop", "params": {"seconds": 0}}
+
+
+def measure(url: str, database: str, workdir, *, processes: int, count: int, concurrency: int = 4,
+            poll_seconds: float = 0.1, log=print) -> dict:
+    args = jobs.job_args(PAYLOAD)
+    with db.connect(url) as conn:
+        db.reset_queue(conn)
+        pool = WorkerPool(url, workdir, processes, concurrency=concurrency, poll_seconds=poll_seconds)
+        pool.start()
+        try:
+            warm = processes * concurrency * 2
+            jobs.enqueue_many(conn, args, warm)
+            done = jobs.wait_for(conn, "SELECT count(*) FROM jobs WHERE status = 'completed'", (), warm, 60)
+            if done < warm:
+                raise RuntimeError(f"warm-up: only {done}/{warm} jobs completed in 60 s")
+            mark = db.scalar(conn, "SELECT clock_timestamp()")
+            meter = CpuMeter(database, pool.pids()).start()
+            sampler = ActivitySampler(url)
+            sampler.start()
+            producer_error: list[BaseException] = []
+            enqueue_seconds = [0.0]
+
+            def produce() -> None:
+                try:
+                    with db.connect(url, application_name="jetencode-bench-producer") as producer:
+                        enqueue_seconds[0] = jobs.enqueue_many(producer, args, count)
+                except BaseException as exc:  # reported below
+                    producer_error.append(exc)
+
+            started = time.perf_counter()
+            thread = threading.Thread(target=produce, name="producer")
+            thread.start()
+            finished = jobs.wait_for(
+                conn, "SELECT count(*) FROM jobs WHERE created_at > %s AND status IN ('completed', 'failed', 'cancelled')",
+                [mark], count, timeout=120 + count / 10, poll=0.05,
+            )
+            wall = time.perf_counter() - started
+            cpu = meter.stop()
+            activity = sampler.stop()
+            thread.join()
+            if producer_error:
+                raise producer_error[0]
+            row = conn.execute(
+                """SELECT count(*) FILTER (WHERE t.state = 'completed'),
+                          count(*) FILTER (WHERE t.state <> 'completed'),
+                          extract(epoch FROM max(t.finished_at) - min(j.created_at)),
+                          count(DISTINCT t.claimed_by)
+                     FROM jobs j JOIN queue_tasks t ON t.job_id = j.id AND t.placement <> 'cluster'
+                    WHERE j.created_at > %s""",
+                [mark],
+            ).fetchone()
+        finally:
+            pool.stop()
+    stages, not_completed, span, workers_used = row
+    span = float(span or wall)
+    result = {
+        "worker_processes": processes,
+        "slots": processes * concurrency,
+        "jobs": count,
+        "jobs_finished": finished,
+        "stages_completed": stages,
+        "stages_not_completed": not_completed,
+        "workers_that_claimed": workers_used,
+        "span_seconds": round(span, 3),
+        "wall_seconds": round(wall, 3),
+        "enqueue_seconds": round(enqueue_seconds[0], 3),
+        "stages_per_second": round(stages / span, 1) if span > 0 else None,
+        "cpu": cpu,
+        "worker_backends": activity,
+    }
+    if stages:
+        result["cpu_ms_per_stage"] = {
+            "workers": round(1000 * cpu["workers_cpu_seconds"] / stages, 3),
+            "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / stages, 3),
+        }
+    log(f"  throughput {processes}x{concurrency}: {result['stages_per_second']} stages/s "
+        f"({stages} stages in {span:.2f}s; machine busy {cpu['machine_busy_cpu_seconds']:.1f} CPU-s of "
+        f"{cpu['wall_seconds'] * cpu['machine_cpus']:.1f})")
+    return result

@@ -1,0 +1,213 @@
+"""Django admin for the queue tables: all read-only (leases and fencing included); the only changes
+are actions that call `scheduler.repository` — job controls on schedules, drain on workers.
+
+queue_tasks, queue_task_logs and queue_fence_audit can hold millions of rows: their admins never
+count the table (CheapPaginator, no full result count, no facets), filter on fixed value lists
+instead of SELECT DISTINCT, and search by exact ids that hit an index.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html
+
+from jetencode.admin import CheapPaginationMixin, JobActionsMixin, ReadOnlyAdmin, choices_filter
+from jetencode.models import RESOURCE_CATEGORIES
+from jetencode.permissions import can_operate
+from scheduler import repository
+from scheduler.models import (
+    LIFECYCLES,
+    PLACEMENTS,
+    POOLS,
+    TASK_STATES,
+    FenceAudit,
+    JobSchedule,
+    QueueReservation,
+    QueueSample,
+    QueueTask,
+    QueueWorker,
+    SchedulerState,
+    TaskLog,
+)
+
+
+def _job_link(job_id):
+    if not job_id:
+        return ""
+    return format_html('<a href="{}">{}</a>', reverse("admin:jetencode_job_change", args=[job_id]), str(job_id)[:8])
+
+
+def _ids_search(queryset, term: str, *, int_field: str | None, uuid_field: str | None, text_fields=()):
+    """Exact id lookups (indexed) for numbers and UUIDs; a short text match otherwise."""
+    term = term.strip()
+    if not term:
+        return queryset
+    if int_field and term.isdigit():
+        return queryset.filter(**{int_field: int(term)})
+    if uuid_field:
+        try:
+            return queryset.filter(**{uuid_field: uuid.UUID(term)})
+        except ValueError:
+            pass
+    if text_fields:
+        return queryset.filter(**{text_fields[0]: term})
+    return queryset.none()
+
+
+@admin.register(JobSchedule)
+class JobScheduleAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
+    job_id_field = "job_id"
+    list_display = ("job_link", "job_type", "job_status", "priority", "position", "group_key", "assigned_worker_uid",
+                    "required_worker_uid", "paused", "execution_id", "cancel_requested_at")
+    list_filter = ("paused", "execution_mode")
+    list_select_related = ("job",)
+    ordering = ("group_key", "-priority", "position")
+    search_help_text = "A job id, or a worker uid (exact)."
+    search_fields = ("group_key",)
+    actions = JobActionsMixin.job_actions
+
+    def get_search_results(self, request, queryset, search_term):
+        return _ids_search(queryset, search_term, int_field=None, uuid_field="job_id", text_fields=("group_key",)), False
+
+    @admin.display(description="job")
+    def job_link(self, obj):
+        return _job_link(obj.job_id)
+
+    @admin.display(description="type", ordering="job__type")
+    def job_type(self, obj):
+        return obj.job.type
+
+    @admin.display(description="status", ordering="job__status")
+    def job_status(self, obj):
+        return obj.job.status
+
+
+@admin.register(QueueTask)
+class QueueTaskAdmin(CheapPaginationMixin, ReadOnlyAdmin):
+    list_display = ("id", "job_link", "task_type", "state", "attempts", "placement", "pool", "resource_category",
+                    "claimed_by", "available_at", "started_at", "finished_at")
+    list_filter = (
+        choices_filter("state", TASK_STATES),
+        choices_filter("pool", POOLS),
+        choices_filter("placement", PLACEMENTS),
+        choices_filter("resource_category", RESOURCE_CATEGORIES, "resource category"),
+    )
+    list_select_related = ("job",)
+    ordering = ("-id",)
+    search_fields = ("task_type",)
+    search_help_text = "A task id, a job id, or a worker uid (exact)."
+    fieldsets = (
+        (None, {"fields": ("id", "job", "execution_id", "task_type", "state", "payload", "parent_task", "dedupe_key",
+                           "wait_for_siblings", "result", "last_failure")}),
+        ("Routing", {"fields": ("placement", "pool", "resource_category", "vram_mb", "target_worker_uid")}),
+        ("Retries", {"fields": ("attempt", "max_attempts", "available_at", "timeout_seconds", "deadline_at")}),
+        ("Lease and fencing", {"fields": ("claimed_by", "claimed_worker_session_id", "claimed_reservation_id",
+                                          "lease_token", "lease_expires_at", "heartbeat_at")}),
+        ("Progress", {"fields": ("progress", "progress_detail", "created_at", "started_at", "finished_at")}),
+    )
+
+    def get_search_results(self, request, queryset, search_term):
+        return _ids_search(queryset, search_term, int_field="id", uuid_field="job_id", text_fields=("claimed_by",)), False
+
+    @admin.display(description="job")
+    def job_link(self, obj):
+        return _job_link(obj.job_id)
+
+    @admin.display(description="attempt")
+    def attempts(self, obj):
+        return f"{obj.attempt}/{obj.max_attempts}"
+
+
+@admin.register(TaskLog)
+class TaskLogAdmin(CheapPaginationMixin, ReadOnlyAdmin):
+    list_display = ("id", "task_id", "task_type", "at", "short_message")
+    list_select_related = ("task",)
+    ordering = ("-id",)
+    search_fields = ("task__id",)
+    search_help_text = "A task id (exact)."
+
+    def get_search_results(self, request, queryset, search_term):
+        return _ids_search(queryset, search_term, int_field="task_id", uuid_field="task__job_id"), False
+
+    @admin.display(description="stage")
+    def task_type(self, obj):
+        return obj.task.task_type
+
+    @admin.display(description="message")
+    def short_message(self, obj):
+        return obj.message[:160]
+
+
+@admin.register(FenceAudit)
+class FenceAuditAdmin(CheapPaginationMixin, ReadOnlyAdmin):
+    list_display = ("id", "at", "task_id", "job_link", "operation", "accepted", "reason", "worker_uid", "attempt",
+                    "execution_id")
+    list_filter = ("accepted",)
+    ordering = ("-id",)
+    search_fields = ("task_id",)
+    search_help_text = "A task id or a job id (exact)."
+
+    def get_search_results(self, request, queryset, search_term):
+        return _ids_search(queryset, search_term, int_field="task_id", uuid_field="job_id"), False
+
+    @admin.display(description="job")
+    def job_link(self, obj):
+        return _job_link(obj.job_id)
+
+
+@admin.register(QueueWorker)
+class QueueWorkerAdmin(ReadOnlyAdmin):
+    list_display = ("uid", "lifecycle", "hostname", "pid", "version", "concurrency", "background_slots",
+                    "category_limits", "vram_total_mb", "last_heartbeat_at", "dashboard")
+    list_filter = (choices_filter("lifecycle", LIFECYCLES),)
+    search_fields = ("uid", "hostname")
+    ordering = ("uid",)
+    actions = ["drain_workers"]
+
+    def has_operate_permission(self, request) -> bool:
+        return can_operate(request.user)
+
+    @admin.display(description="dashboard")
+    def dashboard(self, obj):
+        return format_html('<a href="{}">open</a>', reverse("dashboard:worker", args=[obj.uid]))
+
+    @admin.action(description="Drain selected workers (finish running work, claim nothing new)", permissions=["operate"])
+    def drain_workers(self, request, queryset):
+        drained, refused = [], []
+        for uid in queryset.values_list("uid", flat=True):
+            try:
+                repository.drain_worker(uid)
+            except (repository.ActionNotAllowed, repository.JobNotFound) as exc:
+                refused.append(f"{uid}: {exc}")
+            else:
+                drained.append(uid)
+        if drained:
+            self.message_user(request, "Draining: " + ", ".join(drained), messages.SUCCESS)
+        if refused:
+            self.message_user(request, "Refused: " + "; ".join(refused), messages.WARNING)
+
+
+@admin.register(QueueReservation)
+class QueueReservationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "job_link", "worker_uid", "state", "last_error", "created_at", "updated_at")
+    list_filter = (choices_filter("state", ["requested", "bound", "released", "failed"]),)
+    search_fields = ("worker_uid",)
+    ordering = ("-created_at",)
+
+    @admin.display(description="job")
+    def job_link(self, obj):
+        return _job_link(obj.job_id)
+
+
+@admin.register(SchedulerState)
+class SchedulerStateAdmin(ReadOnlyAdmin):
+    list_display = ("id", "rebalances", "last_recovery_at", "updated_at")
+
+
+@admin.register(QueueSample)
+class QueueSampleAdmin(CheapPaginationMixin, ReadOnlyAdmin):
+    list_display = ("at", "pending", "running", "retry_wait", "paused", "completed", "failed", "stages_completed")
+    ordering = ("-at",)

@@ -1,0 +1,199 @@
+"""/dashboard/queue: grouping, per-state timing, waiting reasons, controls and every action."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from jetencode.models import Job
+from scheduler import repository
+
+pytestmark = pytest.mark.django_db
+
+QUEUE = "/dashboard/queue"
+
+
+def claim(uid, session):
+    task = repository.claim(uid, session, "media", 30)
+    assert task is not None
+    return task, repository.Lease.of(task, uid, session)
+
+
+def rows(html: str) -> list[str]:
+    """Job ids in the order the page shows them."""
+    return re.findall(r'<tr data-job-id="([0-9a-f-]+)"', html)
+
+
+def section(html: str, group: str) -> str:
+    start = html.index(f'data-group="{group}"')
+    end = html.find("<section", start + 1)
+    return html[start:] if end == -1 else html[start:end]
+
+
+def post(client, job_id, action, **data):
+    return client.post(reverse("dashboard:job_action", args=[job_id, action]), data, HTTP_ACCEPT="application/json")
+
+
+def test_pending_jobs_wait_in_the_pending_section_with_their_reason(viewer_client, enqueue):
+    job = enqueue("noop")
+    html = viewer_client.get(QUEUE).content.decode()
+    pending = section(html, "pending")
+    assert str(job) in pending
+    assert "no active worker" in pending
+    assert "waited" in pending
+
+
+def test_a_targeted_job_appears_under_its_worker_before_anyone_claims_it(viewer_client, enqueue, make_worker_row):
+    uid, _ = make_worker_row("w-target")
+    job = enqueue("noop", required_worker_uid=uid)
+    html = viewer_client.get(QUEUE).content.decode()
+    assert str(job) in section(html, uid)
+    assert str(job) not in section(html, "pending")
+    assert f"→ {uid}" in section(html, uid)
+
+
+def test_a_running_job_is_under_its_worker_and_shows_no_waiting_time(viewer_client, enqueue, make_worker_row):
+    uid, session = make_worker_row("w-run")
+    job = enqueue("noop")
+    claim(uid, session)
+    html = viewer_client.get(QUEUE).content.decode()
+    block = section(html, uid)
+    assert str(job) in block
+    row = block[block.index(str(job)):]
+    row = row[: row.index("</tr>")]
+    assert "running" in row
+    assert "waited" not in row and "retry in" not in row
+
+
+def test_retry_wait_shows_a_countdown(viewer_client, enqueue, make_worker_row):
+    uid, session = make_worker_row("w-retry")
+    job = enqueue("noop")
+    _, lease = claim(uid, session)
+    assert repository.fail(lease, "boom", retryable=True).outcome == "retry_wait"
+    html = viewer_client.get(QUEUE).content.decode()
+    row = html[html.index(f'data-job-id="{job}"'):]
+    row = row[: row.index("</tr>")]
+    assert "retry in" in row
+    assert "data-count-down" in row
+    assert "retry backoff after attempt 1" in row
+
+
+def test_a_failed_job_offers_retry_only(operator_client, enqueue, make_worker_row):
+    uid, session = make_worker_row("w-fail")
+    job = enqueue("noop")
+    _, lease = claim(uid, session)
+    assert repository.fail(lease, "bad input", retryable=False).outcome == "failed"
+    html = operator_client.get(QUEUE).content.decode()
+    row = html[html.index(f'data-job-id="{job}"'):]
+    row = row[: row.index("</tr>")]
+    assert reverse("dashboard:job_action", args=[job, "retry"]) in row
+    assert reverse("dashboard:job_action", args=[job, "pause"]) not in row
+
+    response = post(operator_client, job, "retry")
+    assert response.status_code == 200
+    assert Job.objects.get(pk=job).status == "pending"
+
+
+def test_sections_exist_for_idle_workers_and_show_capacity(viewer_client, make_worker_row):
+    uid, _ = make_worker_row("w-idle", concurrency=3)
+    html = viewer_client.get(QUEUE).content.decode()
+    block = section(html, uid)
+    assert "media 0/3" in block
+    assert "No jobs." in block
+
+
+def test_move_down_and_up_reorder_the_pending_section(operator_client, enqueue):
+    first, second, third = enqueue("noop"), enqueue("noop"), enqueue("noop")
+    assert rows(operator_client.get(QUEUE).content.decode()) == [str(first), str(second), str(third)]
+
+    assert post(operator_client, first, "move", direction="down").status_code == 200
+    assert rows(operator_client.get(QUEUE).content.decode()) == [str(second), str(first), str(third)]
+
+    assert post(operator_client, third, "run-next").status_code == 200
+    assert rows(operator_client.get(QUEUE).content.decode()) == [str(third), str(second), str(first)]
+
+    assert post(operator_client, third, "move", direction="bottom").status_code == 200
+    assert rows(operator_client.get(QUEUE).content.decode()) == [str(second), str(first), str(third)]
+
+    assert post(operator_client, third, "move", direction="up").status_code == 200
+    assert rows(operator_client.get(QUEUE).content.decode()) == [str(second), str(third), str(first)]
+
+
+def test_priority_reorders_and_is_bounded(operator_client, enqueue):
+    low, high = enqueue("noop"), enqueue("noop")
+    response = post(operator_client, high, "priority", priority="10")
+    assert response.status_code == 200
+    assert response.json()["job"]["priority"] == 10
+    assert rows(operator_client.get(QUEUE).content.decode()) == [str(high), str(low)]
+
+    for bad in ("1001", "abc", ""):
+        response = post(operator_client, low, "priority", priority=bad)
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["field"] == "priority"
+
+
+def test_a_bad_direction_is_422(operator_client, enqueue):
+    job = enqueue("noop")
+    response = post(operator_client, job, "move", direction="sideways")
+    assert response.status_code == 422
+
+
+def test_pause_resume_and_the_409_reason(operator_client, enqueue):
+    job = enqueue("noop")
+    assert post(operator_client, job, "pause").status_code == 200
+    html = operator_client.get(QUEUE).content.decode()
+    assert "paused by an operator" in html
+    assert reverse("dashboard:job_action", args=[job, "resume"]) in html
+
+    again = post(operator_client, job, "pause")
+    assert again.status_code == 409
+    assert again.json()["detail"] == "the job is already paused"
+
+    assert post(operator_client, job, "resume").status_code == 200
+    assert Job.objects.get(pk=job).status == "pending"
+
+
+def test_a_409_without_javascript_is_a_flash_message(operator_client, enqueue):
+    job = enqueue("noop")
+    operator_client.post(reverse("dashboard:job_action", args=[job, "cancel"]))
+    response = operator_client.post(reverse("dashboard:job_action", args=[job, "pause"]), {"next": QUEUE}, follow=True)
+    assert response.redirect_chain[-1][0] == QUEUE
+    assert "cannot pause: the job is cancelled" in response.content.decode()
+
+
+def test_next_must_stay_on_this_site(operator_client, enqueue):
+    job = enqueue("noop")
+    response = operator_client.post(reverse("dashboard:job_action", args=[job, "pause"]), {"next": "https://evil.example/"})
+    assert response["Location"] == QUEUE
+
+
+def test_cancel_a_running_job_marks_it_cancelling(operator_client, enqueue, make_worker_row):
+    uid, session = make_worker_row("w-cancel")
+    job = enqueue("noop", {"seconds": 60})
+    claim(uid, session)
+    response = post(operator_client, job, "cancel")
+    assert response.status_code == 200
+    assert "next heartbeat" in response.json()["detail"]
+    html = operator_client.get(QUEUE).content.decode()
+    row = html[html.index(f'data-job-id="{job}"'):]
+    assert "cancelling" in row[: row.index("</tr>")]
+
+
+def test_filters_by_state_and_worker(viewer_client, enqueue, make_worker_row):
+    uid, session = make_worker_row("w-filter")
+    running = enqueue("noop")
+    claim(uid, session)
+    waiting = enqueue("noop")
+    html = viewer_client.get(QUEUE + "?state=pending").content.decode()
+    assert rows(html) == [str(waiting)]
+    html = viewer_client.get(QUEUE + f"?worker={uid}").content.decode()
+    assert rows(html) == [str(running)]
+    html = viewer_client.get(QUEUE + "?worker=-").content.decode()
+    assert rows(html) == [str(waiting)]
+
+
+def test_the_partial_is_only_the_live_sections(viewer_client, enqueue):
+    enqueue("noop")
+    html = viewer_client.get(QUEUE + "?partial=1").content.decode()
+    assert html.lstrip().startswith('<div data-live="queue"')
+    assert "<html" not in html

@@ -1,0 +1,179 @@
+"""Two worker machines, one PostgreSQL, and a link that breaks.
+
+Each worker is a real `manage.py runworker` process that reaches PostgreSQL over TCP through a proxy
+the test controls (tests/deploy/tcpproxy.py), as a worker on another host would. A job runs a real
+FFmpeg for about 20 s (`farm_encode`, tests/deploy/farm_stages.py). Whichever worker claims it is
+then cut off for longer than its lease:
+
+- `cut`: the link fails loudly (connections reset, reconnects refused);
+- `stall`: the link fails silently (nothing is delivered, nothing errors) and everything sent during
+  the partition reaches PostgreSQL when the link returns.
+
+Either way the cut-off worker must stop its FFmpeg before its lease can be given away, the other
+worker's recovery loop takes the job over (the job's worker is lost: a new execution), runs it and
+publishes its file and child exactly once; when the link returns, every write the cut-off worker
+still makes for the old lease is rejected (queue_fence_audit accepted=false), its handler stops,
+and the worker goes back to work.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+from deploy_support import via_proxy, wait_for
+from django.db import connection
+
+from scheduler import repository
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+LEASE = 4.0
+STALE = 3.0
+TIMING = {
+    "JETENCODE_LEASE_SECONDS": str(LEASE),
+    "JETENCODE_HEARTBEAT_SECONDS": "1",
+    "JETENCODE_RECOVERY_INTERVAL_SECONDS": "1",
+    "JETENCODE_POLL_SECONDS": "0.5",
+    "JETENCODE_STALE_WORKER_SECONDS": str(STALE),
+    "JETENCODE_REASSIGN_AFTER_SECONDS": "6",
+    "JETENCODE_SHUTDOWN_GRACE_SECONDS": "3",
+    "JETENCODE_LOG_JSON": "true",
+    "JETENCODE_EXTRA_STAGE_MODULES": str(Path(__file__).with_name("farm_stages.py")),
+}
+ENCODE_SECONDS = 20
+
+
+def rows(sql: str, params=()) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def db_now():
+    return rows("SELECT now()")[0][0]
+
+
+def fresh_active(uid: str) -> bool:
+    return bool(rows(
+        "SELECT 1 FROM queue_workers WHERE uid = %s AND lifecycle = 'active' "
+        "AND last_heartbeat_at > now() - make_interval(secs => %s)", [uid, STALE]))
+
+
+def ffmpeg_of(worker, marker: str) -> list[psutil.Process]:
+    """This worker's FFmpeg processes for the job (found by the marker in argv, owned by parent pid)."""
+    found = []
+    for proc in psutil.process_iter(["ppid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["ppid"] == worker.popen.pid and any(marker in arg for arg in cmdline):
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("failure", ["cut", "stall"])
+def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
+    failure, make_proxy, start_worker, database_url, tmp_path
+):
+    proxies = {uid: make_proxy() for uid in ("host-a", "host-b")}
+    workers = {
+        uid: start_worker(uid, via_proxy(database_url, proxy), "--concurrency", "1", **TIMING)
+        for uid, proxy in proxies.items()
+    }
+    wait_for(lambda: all(fresh_active(uid) for uid in workers), 60, message="both workers registered")
+
+    marker = f"farm-{uuid.uuid4().hex}"
+    job_id = repository.enqueue_job(
+        repository.NewJob("farm_encode", {"seconds": ENCODE_SECONDS, "marker": marker}, max_attempts=3),
+        stale_seconds=STALE,
+    )
+    task_id, lost_uid, token = wait_for(lambda: (rows(
+        "SELECT id, claimed_by, lease_token FROM queue_tasks "
+        "WHERE job_id = %s AND state = 'running'", [job_id]) or [None])[0], 30, message="the stage claimed")
+    lost, survivor = workers[lost_uid], next(w for uid, w in workers.items() if uid != lost_uid)
+    wait_for(lambda: ffmpeg_of(lost, marker), 10, message=f"FFmpeg running on {lost_uid}")
+    time.sleep(1.5)
+
+    # --- the link of the worker running the stage breaks -------------------------------------
+    proxy = proxies[lost_uid]
+    if failure == "cut":
+        proxy.cut()
+    else:
+        proxy.stall()
+    cut_at = time.monotonic()
+
+    # It stops its own FFmpeg before the lease can expire in the database and be given away.
+    wait_for(lambda: not ffmpeg_of(lost, marker), LEASE + 2, message=f"{lost_uid} to kill its FFmpeg")
+    recovered = wait_for(lambda: rows(
+        "SELECT state FROM queue_tasks WHERE id = %s AND state <> 'running'", [task_id]), 20,
+        message="the recovery loop to take the expired lease")
+    assert time.monotonic() - cut_at >= LEASE - 1.5, "recovered before the lease could have expired"
+    assert recovered[0][0] in ("retry_wait", "cancelled")
+
+    # The job's worker is lost: the survivor's recovery loop starts a new execution and claims it.
+    new_task = wait_for(lambda: rows(
+        "SELECT id FROM queue_tasks WHERE job_id = %s AND execution_id = 2 AND state = 'running' "
+        "AND claimed_by = %s", [job_id, survivor.uid]), 30, message=f"{survivor.uid} to run execution 2")[0][0]
+    assert time.monotonic() - cut_at > LEASE  # the worker was cut off for longer than its lease
+    wait_for(lambda: ffmpeg_of(survivor, marker), 10, message=f"FFmpeg running on {survivor.uid}")
+
+    # --- the link returns ---------------------------------------------------------------------
+    restored_at = db_now()
+    proxy.restore()
+    wait_for(lambda: fresh_active(lost_uid), 20, message=f"{lost_uid} heartbeating again")
+
+    # The worker that came back takes new work (its slot is free: the old handler has stopped).
+    probe = repository.enqueue_job(
+        repository.NewJob("noop", {"seconds": 0}, required_worker_uid=lost_uid), stale_seconds=STALE)
+    wait_for(lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status = 'completed'", [probe]), 30,
+             message=f"{lost_uid} to run a job after the partition")
+
+    wait_for(lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status IN ('completed', 'failed')", [job_id]),
+             ENCODE_SECONDS + 40, message="the job to finish on the survivor")
+    assert rows("SELECT status FROM jobs WHERE id = %s", [job_id]) == [("completed",)]
+    assert lost.alive() and survivor.alive()
+
+    # --- exactly one accepted finish, nothing published twice ---------------------------------
+    tasks = rows("SELECT id, execution_id, task_type, state, claimed_by, parent_task_id FROM queue_tasks "
+                 "WHERE job_id = %s AND placement <> 'cluster' ORDER BY id", [job_id])
+    by_id = {t[0]: t for t in tasks}
+    assert by_id[task_id][1:4] == (1, "farm_encode", "cancelled")  # superseded by execution 2
+    assert by_id[new_task][1:5] == (2, "farm_encode", "completed", survivor.uid)
+    children = [t for t in tasks if t[5] is not None]
+    assert [(t[2], t[3], t[5]) for t in children] == [("noop", "completed", new_task)]
+    assert len(tasks) == 3
+
+    finishes = rows("SELECT task_id, worker_uid FROM queue_fence_audit "
+                    "WHERE job_id = %s AND operation = 'finish' AND accepted", [job_id])
+    assert sorted(finishes) == sorted([(new_task, survivor.uid), (children[0][0], survivor.uid)])
+    assert rows("SELECT name, execution_id, task_id FROM job_outputs WHERE job_id = %s", [job_id]) == [
+        ("farm.mp4", 2, new_task)]
+    output_dir = tmp_path / "outputs" / str(job_id)
+    assert sorted(p.name for p in output_dir.iterdir()) == ["farm.mp4"]  # no stray temporary copy
+
+    # --- the cut-off worker's late writes under the old lease were all rejected ----------------
+    stale = rows("SELECT operation, accepted, reason, at FROM queue_fence_audit "
+                 "WHERE task_id = %s AND lease_token = %s AND operation <> 'recover' ORDER BY id", [task_id, token])
+    assert not [s for s in stale if s[1]], f"a stale write was accepted: {stale}"
+    assert rows("SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover' AND accepted",
+                [task_id]) == [(1,)]
+    if failure == "stall":
+        # Statements held by the silent link arrived late and were refused.
+        late = [s for s in stale if s[3] >= restored_at]
+        assert late, f"expected the held writes of {lost_uid} to arrive and be rejected: {stale}"
+    # ... and then the handler stopped: nothing more arrives for the old lease.
+    assert not [s for s in stale if (s[3] - restored_at).total_seconds() > 3], stale
+
+    # The worker logged it as JSON lines carrying the job, task and worker ids.
+    records = [json.loads(line) for line in lost.output().splitlines() if line.startswith("{")]
+    about_task = [r for r in records if r.get("task_id") == str(task_id)]
+    assert about_task and all(r.get("job_id") == str(job_id) and r.get("worker_uid") == lost_uid
+                              for r in about_task)
