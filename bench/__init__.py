@@ -1,0 +1,1 @@
+"""JetEncode benchmark suite: `python -m bench [--quick] [--only NAME ...]` (docs/benchmarks.md)."""

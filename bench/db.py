@@ -33,8 +33,13 @@ QUEUE_TABLES = (
 )
 
 
+# Read once, at import: the bench later points DATABASE_URL at its own database for Django.
+_SERVER_URL = os.environ.get("DATABASE_URL") or DEFAULT_SERVER_URL
+
+
 def server_url() -> str:
-    return os.environ.get("DATABASE_URL") or DEFAULT_SERVER_URL
+    """The server to create the bench database on (DATABASE_URL as it was when the bench started)."""
+    return _SERVER_URL
 
 
 def database_url(name: str, base: str | None = None) -> str:

@@ -23,6 +23,7 @@ def setup_django(url: str) -> None:
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jetencode.settings")
     os.environ.setdefault("JETENCODE_APPLICATION_NAME", "jetencode-bench")
+    os.environ.setdefault("JETENCODE_SIMPLE_STATIC", "true")  # templates need no collectstatic manifest
     import django
 
     django.setup()

@@ -1,11 +1,12 @@
 """Where the database time goes while a measurement runs.
 
 `ActivitySampler` polls pg_stat_activity of the bench database (every 20 ms, in a thread) and counts
-what each active backend of the workers is doing: running on CPU, waiting for a lock (the
-scheduler singleton, a job row), waiting for its WAL flush at commit (IO/WALSync, LWLock/WALWrite),
-or idle in the client (the worker's Python between round trips). pg_stat_statements is not loaded
-on the shared server, so this sampling (plus EXPLAIN ANALYZE in bench/claim_latency.py) is the
-profile the report is based on.
+what the connection of each media slot of the workers is doing: running on CPU, waiting for a lock
+(the scheduler singleton, a job row), waiting for its WAL flush at commit (IO/WALSync,
+LWLock/WALWrite), or idle (the slot is in Python between round trips: after a claim that is the
+handler, after a finish it is the way back to the next claim). pg_stat_statements is not loaded on
+the shared server, so this sampling (plus EXPLAIN ANALYZE in bench/claim_latency.py) is the profile
+the report is based on.
 """
 
 from __future__ import annotations
@@ -18,18 +19,18 @@ from bench import db
 
 
 class ActivitySampler(threading.Thread):
-    def __init__(self, url: str, application_like: str = "jetencode-worker %", interval: float = 0.02):
+    def __init__(self, url: str, application_like: str = "jetencode-worker % media-%", interval: float = 0.02):
         super().__init__(name="activity-sampler", daemon=True)
         self.url = url
         self.like = application_like
         self.interval = interval
         self.counts: Counter[str] = Counter()
         self.samples = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         with db.connect(self.url, application_name="jetencode-bench-sampler") as conn:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 rows = conn.execute(
                     """SELECT state, wait_event_type, wait_event, left(query, 60)
                          FROM pg_stat_activity
@@ -40,7 +41,7 @@ class ActivitySampler(threading.Thread):
                 self.samples += 1
                 for state, wtype, wevent, query in rows:
                     if state == "idle":
-                        key = "idle (in the worker)"
+                        key = "idle in the worker, after " + _statement(query)
                     elif state != "active":
                         key = state
                     elif wtype is None:
@@ -51,7 +52,7 @@ class ActivitySampler(threading.Thread):
                 time.sleep(self.interval)
 
     def stop(self) -> dict:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
         total = sum(self.counts.values()) or 1
         return {

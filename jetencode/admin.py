@@ -148,6 +148,7 @@ def _search_uuid(term: str):
 @admin.register(Job)
 class JobAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
     job_id_field = "pk"
+    actions = JobActionsMixin.job_actions
     list_display = ("short_id", "type", "status", "progress_display", "live_priority", "worker", "created_at",
                     "finished_at", "created_by")
     list_filter = ("status", choices_filter("type", sorted(JOB_TYPES)), "hardware", "created_at")
@@ -162,10 +163,6 @@ class JobAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
         ("Resources", {"fields": ("hardware", "resource_category", "vram_mb", "webhook_url")}),
         ("History", {"fields": ("created_by", "created_at", "updated_at", "started_at", "finished_at", "log")}),
     )
-
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        return {name: actions[name] for name in self.job_actions if name in actions}
 
     def get_search_results(self, request, queryset, search_term):
         job_id = _search_uuid(search_term)

@@ -68,8 +68,10 @@ class TaskRun:
         self.claimed_at = claimed_at  # monotonic, taken before the claim was sent
         self.lease_seconds = lease_seconds
         self.lease_deadline = claimed_at + lease_seconds  # monotonic; moved by every renewal
-        margin = min(deadline_margin, 0.05 * task.timeout_seconds)
-        self.deadline = claimed_at + task.timeout_seconds - margin  # a bit before the database's
+        # Stop a little before the database's deadline, so the kill and the fenced `fail` that
+        # follows still land while the attempt is ours.
+        margin = min(deadline_margin, 0.25 * task.timeout_seconds)
+        self.deadline = claimed_at + task.timeout_seconds - margin
         self.renew = True  # heartbeats include this lease until the slot starts its final write
         self.abort_kind: str | None = None
         self.abort_reason = ""

@@ -7,6 +7,8 @@ Every RECOVERY_INTERVAL_SECONDS (with a little jitter):
 - `reassign_lost_jobs(REASSIGN_AFTER_SECONDS)`: jobs pinned to a worker silent that long start a
   new execution elsewhere;
 - `note_recovery_ran`.
+Stale marking and reassignment are skipped while this worker's own heartbeat is not fresh (it was
+stopped or cut off): then it is the stale one, and its view of the others is not to be trusted.
 Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), and hourly
 `purge_history(RETENTION_DAYS)`.
 All of it is safe with every worker doing it at once: the SQL locks with SKIP LOCKED.
@@ -78,17 +80,25 @@ class Maintenance(threading.Thread):
         while not self.stop_event.is_set():
             rows = repository.recover_expired(RECOVER_BATCH)
             for task_id, outcome in rows:
-                log.info("recovered task %s: lease expired -> %s", task_id, outcome,
+                log.info("recovered task %s (lease expired or deadline passed) -> %s", task_id, outcome,
                          extra={**self.worker.log_extra, "task_id": task_id})
             if len(rows) < RECOVER_BATCH:
                 break
+        repository.note_recovery_ran()
+        if not self._own_heartbeat_fresh():
+            # Just resumed from a stop, or cut off from the database: this worker is the stale one.
+            # Recovering expired leases is safe (the database's clock decides); judging others is not.
+            return
         for uid in repository.mark_stale_workers(timing.stale_worker):
             log.warning("worker %s is stale (no heartbeat for %gs): reported offline", uid, timing.stale_worker,
                         extra=self.worker.log_extra)
         for job_id, execution_id in repository.reassign_lost_jobs(timing.reassign_after):
             log.warning("job %s: its worker is lost; execution %s started elsewhere", job_id, execution_id,
                         extra={**self.worker.log_extra, "job_id": str(job_id)})
-        repository.note_recovery_ran()
+
+    def _own_heartbeat_fresh(self) -> bool:
+        last = self.worker.heartbeat.last_ok
+        return last is not None and time.monotonic() - last < self.worker.timing.stale_worker / 2
 
     def purge(self) -> None:
         total = 0

@@ -43,6 +43,32 @@ def _child_setup(parent_pid: int) -> None:  # runs in the child between fork and
         os._exit(111)
 
 
+def _live_members(pgid: int) -> int | None:
+    """Processes of group `pgid` that are not zombies, from /proc (None where there is no /proc).
+    An orphaned grandchild stays a zombie until init reaps it, which some inits do lazily."""
+    if not _HAS_PROC:
+        return None
+    alive = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            alive += 1
+    return alive
+
+
+_HAS_PROC = os.path.isdir("/proc/self")
+
+
 class ProcessGroup:
     """One started subprocess and its process group (pgid == the child's pid)."""
 
@@ -60,13 +86,15 @@ class ProcessGroup:
             pass
 
     def group_exists(self) -> bool:
+        """Some process of the group is still alive (zombies waiting for a slow init don't count)."""
         try:
             os.killpg(self.pgid, 0)
         except ProcessLookupError:
             return False
         except PermissionError:
             return True
-        return True
+        members = _live_members(self.pgid)
+        return True if members is None else members > 0
 
     def finished(self) -> bool:
         """The child was reaped and no process of its group is left."""

@@ -462,7 +462,8 @@ class Worker:
 
     def _execute(self, slot: Slot, task: repository.ClaimedTask, claimed_at: float) -> None:
         lease = repository.Lease.of(task, self.uid, self.session_id)
-        run = TaskRun(task, lease, slot.name, claimed_at, self.timing.lease, self.timing.heartbeat)
+        run = TaskRun(task, lease, slot.name, claimed_at, self.timing.lease,
+                      deadline_margin=max(self.timing.heartbeat, self.kill_grace + 1.0))
         run.kill_grace = self.kill_grace
         self.runs.add(run)
         extra = run.extra

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from functools import cache
+from typing import Annotated
 from uuid import UUID
 
 from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Query, Router, Status
+
 from jetencode import services
 from jetencode.api.errors import AUTH_ERRORS, responses
 from jetencode.api.schemas import (
@@ -126,13 +129,13 @@ def create_job(request: HttpRequest, payload: JobIn):
 @router.get("", response={200: JobPageOut, **responses(*AUTH_ERRORS, 422)}, summary="List jobs, newest first")
 def list_jobs(
     request: HttpRequest,
-    page: int = Query(1, ge=1, le=MAX_PAGE),
-    limit: int = Query(20, ge=1, le=MAX_LIMIT),
-    status: JobStatus | None = Query(None),
-    type: Text | None = Query(None, max_length=64, description="Job type"),
-    resource_category: ResourceCategory | None = Query(
-        None, description="Jobs with a stage in this category, or that asked for it (override or GPU requirement)"),
-    worker: Text | None = Query(None, max_length=200, description="Jobs assigned to or targeted at this worker uid"),
+    page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+    status: Annotated[JobStatus | None, Query()] = None,
+    type: Annotated[Text | None, Query(max_length=64, description="Job type")] = None,
+    resource_category: Annotated[ResourceCategory | None, Query(
+        description="Jobs with a stage in this category, or that asked for it (override or GPU requirement)")] = None,
+    worker: Annotated[Text | None, Query(max_length=200, description="Jobs assigned to or targeted at this worker uid")] = None,
 ):
     jobs = Job.objects.select_related("schedule", "created_by").order_by("-created_at", "-id")
     if status:
@@ -168,7 +171,7 @@ def get_job_detail(request: HttpRequest, job_id: UUID):
 def list_job_tasks(
     request: HttpRequest,
     job_id: UUID,
-    log_lines: int = Query(TASK_LOG_TAIL_LINES, ge=0, le=200, description="Stage-log lines per task"),
+    log_lines: Annotated[int, Query(ge=0, le=200, description="Stage-log lines per task")] = TASK_LOG_TAIL_LINES,
 ):
     """Every task of every execution (webhook deliveries included), oldest first, with its last
     failure and the tail of its stage log."""
@@ -198,8 +201,14 @@ def list_job_tasks(
 types_router = Router(tags=["jobs"])
 
 
+@cache
+def _job_types() -> JobTypeListOut:
+    # Static for the life of the process; building the params JSON schemas is not free.
+    return JobTypeListOut(data=[jt.summary() for jt in JOB_TYPES.values()])
+
+
 @types_router.get("", response={200: JobTypeListOut, **responses(*AUTH_ERRORS)}, summary="List job types")
 def list_job_types(request: HttpRequest):
     """Every job type with its stages, resource defaults and the JSON schema of its params."""
-    return {"data": [jt.summary() for jt in JOB_TYPES.values()]}
+    return _job_types()
 

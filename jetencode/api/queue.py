@@ -5,6 +5,7 @@ action took it out of the queue, e.g. a cancel)."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Annotated
 from uuid import UUID
 
 from django.http import HttpRequest
@@ -12,7 +13,16 @@ from ninja import Query, Router
 
 from jetencode.api.errors import AUTH_ERRORS, responses
 from jetencode.api.jobs import pagination
-from jetencode.api.schemas import MAX_LIMIT, MAX_PAGE, MoveIn, PriorityIn, QueueEntryOut, QueuePageOut, QueueState, Text
+from jetencode.api.schemas import (
+    MAX_LIMIT,
+    MAX_PAGE,
+    MoveIn,
+    PriorityIn,
+    QueueEntryOut,
+    QueuePageOut,
+    QueueState,
+    Text,
+)
 from scheduler import queries, repository
 
 router = Router(tags=["queue"])
@@ -30,13 +40,13 @@ def entry(job_id: UUID) -> dict:
 @router.get("", response={200: QueuePageOut, **responses(*AUTH_ERRORS, 422)}, summary="The queue")
 def list_queue(
     request: HttpRequest,
-    page: int = Query(1, ge=1, le=MAX_PAGE),
-    limit: int = Query(100, ge=1, le=MAX_LIMIT),
-    worker: Text | None = Query(
-        None, max_length=200,
+    page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+    worker: Annotated[Text | None, Query(
+        max_length=200,
         description="Only this worker's group (jobs assigned to or targeted at it); an empty value selects "
-                    "the pending group (jobs no worker holds yet)"),
-    state: QueueState | None = Query(None, description="Only jobs with this status"),
+                    "the pending group (jobs no worker holds yet)")] = None,
+    state: Annotated[QueueState | None, Query(description="Only jobs with this status")] = None,
 ):
     """One entry per unfinished job, plus failed jobs that can be retried, ordered by group (the
     pending group first, then by worker uid) and claim order within a group (priority, then

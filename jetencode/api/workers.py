@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from django.http import HttpRequest
 from ninja import Path, Router
@@ -13,7 +13,7 @@ from scheduler import queries, repository
 
 router = Router(tags=["workers"])
 
-Uid = Path(..., min_length=1, max_length=200, description="Worker uid")
+Uid = Annotated[Text, Path(min_length=1, max_length=200, description="Worker uid")]
 
 
 def worker_out(row: dict[str, Any], active_tasks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -59,13 +59,13 @@ def list_workers(request: HttpRequest):
 
 
 @router.get("/{uid}", response={200: WorkerOut, **responses(*AUTH_ERRORS, 404, 422)}, summary="Get a worker")
-def get_worker(request: HttpRequest, uid: Text = Uid):
+def get_worker(request: HttpRequest, uid: Uid):
     return _one(uid)
 
 
 @router.post("/{uid}/drain", response={200: WorkerOut, **responses(*AUTH_ERRORS, 404, 409, 422)},
              summary="Drain a worker")
-def drain_worker(request: HttpRequest, uid: Text = Uid):
+def drain_worker(request: HttpRequest, uid: Uid):
     """Stop new claims on the worker; its running tasks finish. It also stops accepting targeted
     jobs. 409 when the worker is offline."""
     repository.drain_worker(uid)

@@ -291,6 +291,10 @@ LANGUAGE plpgsql
 -- section; these settings keep the planner on ordered index scans whatever the statistics say.
 SET enable_sort = off
 SET enable_bitmapscan = off
+-- A plan that still needs a sort (the background walk orders across two tables) is costed at the
+-- "disabled" penalty (1e10), far above jit_above_cost: without this, every such claim spent ~1 s
+-- JIT-compiling inside the serialized section.
+SET jit = off
 AS $$
 DECLARE
   w queue_workers%ROWTYPE;

@@ -131,3 +131,13 @@ def completed_job(enqueue, worker, claim):
     lease, _ = claim(*worker)
     assert repository.finish(lease, result={"ok": True}).outcome == "completed"
     return job_id
+
+
+@pytest.fixture
+def bearer():
+    """bearer(raw_token) → an Api client that sends it."""
+
+    def make(raw, client=None):
+        return Api(client or Client(), raw)
+
+    return make

@@ -61,3 +61,9 @@ def viewer_client(charlie):
 @pytest.fixture
 def nogroup_client(dave):
     return _client_for(dave)
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    """PBKDF2 at full strength costs a second per persona; these tests are not about hashing."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

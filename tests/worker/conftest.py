@@ -16,6 +16,7 @@ import pytest
 
 from tests.worker.workerkit import ROOT, TEST_STAGES, TIMING, WorkerProcess
 
+
 @pytest.fixture
 def worker_env(database_url, tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("JETENCODE_")}

@@ -1,0 +1,371 @@
+"""The benchmark suite's command line: `python -m bench [--quick] [--only NAME ...]`.
+
+Creates its own database (`jetencode_bench` on the server named by DATABASE_URL, default
+postgresql://postgres@127.0.0.1:5432/postgres), migrates it with `manage.py migrate`, runs the
+measurements in one process against it (workers as real `manage.py runworker` subprocesses), prints
+a table with each target's pass/miss, and writes everything to bench/results/latest.json. The
+method is written down in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from bench import db
+
+MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media")
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+
+PROFILES = {
+    "full": {
+        "throughput_jobs": 5000, "throughput_workers": [2, 1, 4], "ceiling_seconds": 10.0,
+        "claim_sizes": [1000, 100_000, 1_000_000], "claim_samples": 1000,
+        "wakeup_samples": 50, "wakeup_poll_samples": 30,
+        "web_jobs": 100_000, "web_samples": 100, "media_clip_seconds": 20, "media_pairs": 3,
+    },
+    "quick": {
+        "throughput_jobs": 500, "throughput_workers": [2, 1, 4], "ceiling_seconds": 4.0,
+        "claim_sizes": [1000, 100_000], "claim_samples": 300,
+        "wakeup_samples": 20, "wakeup_poll_samples": 10,
+        "web_jobs": 100_000, "web_samples": 30, "media_clip_seconds": 8, "media_pairs": 1,
+    },
+    # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
+    "smoke": {
+        "throughput_jobs": 40, "throughput_workers": [1], "ceiling_seconds": 1.0,
+        "claim_sizes": [1000], "claim_samples": 30,
+        "wakeup_samples": 3, "wakeup_poll_samples": 0,
+        "web_jobs": 2000, "web_samples": 3, "media_clip_seconds": 2, "media_pairs": 1,
+    },
+}
+SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web")
+CONCURRENCY = 4
+THROUGHPUT_POLL_SECONDS = 0.1
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def machine_info(url: str) -> dict:
+    info = {
+        "cpus": psutil.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    try:
+        with db.connect(url) as conn:
+            info["postgresql"] = db.scalar(conn, "SHOW server_version")
+            info["postgresql_settings"] = dict(conn.execute(
+                """SELECT name, setting || coalesce(unit, '') FROM pg_settings
+                    WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'wal_sync_method', 'jit',
+                                   'max_connections', 'commit_delay', 'work_mem', 'shared_preload_libraries')
+                    ORDER BY name"""
+            ).fetchall())
+    except Exception as exc:  # reported, not fatal
+        info["postgresql_error"] = str(exc)
+    return info
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.profile = dict(PROFILES[args.profile])
+        if args.jobs:
+            self.profile["throughput_jobs"] = args.jobs
+        self.results: dict = {}
+        self.noise: dict = {}
+        self.workdir = Path(tempfile.mkdtemp(prefix="jetencode-bench-"))
+        self.media_root = self.workdir / "media"
+        self.url = ""
+
+    # -- one measurement, isolated: an error is recorded and the suite carries on ---------------
+
+    def step(self, name: str, func) -> None:
+        log(f"[{name}]")
+        cpu_before = psutil.cpu_times()
+        load_before = os.getloadavg()[0]
+        started = time.monotonic()
+        try:
+            self.results[name] = func()
+        except Exception as exc:
+            self.results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
+            log(f"  ERROR: {type(exc).__name__}: {exc}")
+        elapsed = time.monotonic() - started
+        cpu_after = psutil.cpu_times()
+        busy = sum(getattr(cpu_after, f) - getattr(cpu_before, f)
+                   for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+        self.noise[name] = {
+            "seconds": round(elapsed, 1),
+            "machine_cpu_busy_percent": round(100 * busy / max(elapsed * psutil.cpu_count(), 1e-9), 1),
+            "load_average_before": round(load_before, 2),
+            "load_average_after": round(os.getloadavg()[0], 2),
+        }
+
+    # -- measurements -------------------------------------------------------------------------
+
+    def throughput_and_ceiling(self, do_throughput: bool, do_ceiling: bool) -> None:
+        from bench import ceiling, throughput
+
+        p = self.profile
+        runs, ceilings = [], []
+        for processes in p["throughput_workers"]:
+            slots = processes * CONCURRENCY
+            if do_ceiling:  # right before the matching throughput run: the same machine conditions
+                c = ceiling.measure(self.url, slots, p["ceiling_seconds"])
+                log(f"  ceiling with {slots} connections: {c['per_second']} claim+finish/s")
+                ceilings.append(c)
+            if do_throughput:
+                r = throughput.measure(self.url, self.args.database, self.workdir, processes=processes,
+                                       count=p["throughput_jobs"], concurrency=CONCURRENCY,
+                                       poll_seconds=THROUGHPUT_POLL_SECONDS, log=log)
+                if do_ceiling:
+                    r["ceiling_per_second"] = ceilings[-1]["per_second"]
+                    r["share_of_ceiling"] = round(r["stages_per_second"] / ceilings[-1]["per_second"], 3)
+                    log(f"  -> {100 * r['share_of_ceiling']:.0f} % of the ceiling")
+                runs.append(r)
+        if do_ceiling:
+            self.results["ceiling"] = {"runs": ceilings}
+        if do_throughput:
+            self.results["throughput"] = {"runs": runs, "jobs": p["throughput_jobs"], "concurrency": CONCURRENCY,
+                                          "poll_seconds": THROUGHPUT_POLL_SECONDS}
+
+    def run(self) -> int:
+        args = self.args
+        selected = list(args.only or (SMOKE_DEFAULT if args.profile == "smoke" else MEASUREMENTS))
+        for name in selected:
+            if name not in MEASUREMENTS:
+                raise SystemExit(f"unknown measurement {name!r}; choose from {', '.join(MEASUREMENTS)}")
+        started_at = datetime.now(UTC)
+        t0 = time.monotonic()
+        log(f"JetEncode benchmark ({args.profile}): {', '.join(selected)}; database {args.database} on "
+            f"{db.server_url().rsplit('@', 1)[-1]}; work dir {self.workdir}")
+        self.url = db.create_database(args.database, log=lambda m: log("  " + m))
+        # Django in this process (job validation, the API/dashboard test Client) uses the bench
+        # database and the same media root as the workers.
+        os.environ["JETENCODE_MEDIA_ROOT"] = str(self.media_root)
+        os.environ["JETENCODE_OUTPUT_ROOT"] = str(self.workdir / "outputs")
+        os.environ["JETENCODE_WORKSPACE_ROOT"] = str(self.workdir / "workspace")
+        from bench import jobs
+
+        warnings.filterwarnings("ignore", message="No directory at")
+        jobs.setup_django(self.url)
+        machine = machine_info(self.url)
+        p = self.profile
+        try:
+            if "throughput" in selected or "ceiling" in selected:
+                self.step("throughput+ceiling", lambda: self.throughput_and_ceiling(
+                    "throughput" in selected, "ceiling" in selected))
+                failure = self.results.pop("throughput+ceiling", None)  # None unless it raised
+                for name in ("throughput", "ceiling"):
+                    if name in selected and name not in self.results:
+                        self.results[name] = failure or {"error": "no result"}
+            if "claim" in selected:
+                from bench import claim_latency
+
+                self.step("claim", lambda: claim_latency.measure(self.url, p["claim_sizes"], p["claim_samples"], log=log))
+            if "wakeup" in selected:
+                from bench import wakeup
+
+                def wake() -> dict:
+                    out = {"notify": wakeup.measure(self.url, self.workdir, samples=p["wakeup_samples"], notify=True,
+                                                    poll_seconds=1.0, log=log)}
+                    if p["wakeup_poll_samples"]:
+                        out["polling"] = wakeup.measure(self.url, self.workdir, samples=p["wakeup_poll_samples"],
+                                                        notify=False, poll_seconds=1.0, log=log)
+                    return out
+
+                self.step("wakeup", wake)
+            if "web" in selected:
+                from bench import web
+
+                self.step("web", lambda: web.measure(self.url, p["web_jobs"], p["web_samples"], log=log))
+            if "media" in selected:
+                from bench import media
+
+                self.step("media", lambda: media.measure(self.url, self.workdir, self.media_root,
+                                                         clip_seconds=p["media_clip_seconds"], pairs=p["media_pairs"],
+                                                         log=log))
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+            if not args.keep_database:
+                db.drop_database(args.database)
+        machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        targets = evaluate(self.results, p)
+        report = {
+            "suite": "jetencode-bench",
+            "format": 1,
+            "profile": args.profile,
+            "measurements": selected,
+            "started_at": started_at.isoformat(timespec="seconds"),
+            "duration_seconds": round(time.monotonic() - t0, 1),
+            "command": "python -m bench " + " ".join(sys.argv[1:]),
+            "machine": machine,
+            "noise": self.noise,
+            "parameters": {**p, "worker_concurrency": CONCURRENCY, "throughput_poll_seconds": THROUGHPUT_POLL_SECONDS},
+            "targets": targets,
+            "results": self.results,
+        }
+        output = Path(args.output) if args.output else RESULTS
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print_table(report)
+        log(f"\nwrote {output}")
+        failed = [name for name in selected if "error" in (self.results.get(name) or {"error": "missing"})]
+        if failed:
+            log(f"measurements that failed: {', '.join(failed)}; worker logs kept in {self.workdir / 'logs'}")
+            return 1
+        if not args.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return 0
+
+
+# ---- targets and the table --------------------------------------------------------------------
+
+def _get(results: dict, *path):
+    node = results
+    for key in path:
+        if isinstance(node, dict):
+            node = node.get(key)
+        elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+            node = node[key]
+        else:
+            return None
+    return node
+
+
+def evaluate(results: dict, profile: dict) -> list[dict]:
+    targets = []
+
+    def add(tid, what, value, target, met, unit=""):
+        targets.append({"id": tid, "what": what, "value": value, "target": target, "unit": unit,
+                        "met": None if value is None else bool(met)})
+
+    runs = _get(results, "throughput", "runs") or []
+    headline = next((r for r in runs if r.get("worker_processes") == 2), runs[0] if runs else None)
+    if headline:
+        label = f"{headline['worker_processes']} workers x {CONCURRENCY} slots"
+        value = headline.get("stages_per_second")
+        add("1a", f"throughput, {label}", value, ">= 400", value is not None and value >= 400, "stages/s")
+        share = headline.get("share_of_ceiling")
+        add("1b", f"throughput as share of the ceiling, {label}", share, ">= 0.60",
+            share is not None and share >= 0.60)
+    sizes = _get(results, "claim", "sizes") or {}
+    if "1000" in sizes and len(sizes) > 1:
+        largest = max(sizes, key=int)
+        small = _get(sizes, "1000", "claim", "p99_ms")
+        big = _get(sizes, largest, "claim", "p99_ms")
+        ratio = round(big / small, 3) if small and big else None
+        add("3", f"claim p99 at {int(largest):,} / p99 at 1,000", ratio, "<= 2.0", ratio is not None and ratio <= 2.0)
+    wake = _get(results, "wakeup", "notify", "enqueue_to_handler_start", "p50_ms")
+    if wake is not None:
+        add("4", "idle wake-up p50 with notifications", wake, "< 50", wake < 50, "ms")
+    for name, e in (_get(results, "web", "endpoints") or {}).items():
+        add("5", f"{name} p50 ({_get(results, 'web', 'jobs'):,} jobs)", e.get("p50_ms"), "< 100",
+            e.get("p50_ms") is not None and e["p50_ms"] < 100, "ms")
+    ratio = _get(results, "media", "ratio_median")
+    if ratio is not None:
+        add("6", "media: system / direct FFmpeg", ratio, "<= 1.05", ratio <= 1.05)
+    return targets
+
+
+def _fmt(value, digits=1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def print_table(report: dict) -> None:
+    results = report["results"]
+    rows: list[tuple[str, str, str]] = []
+    for run, ceiling in _pairs(results):
+        label = f"(1) throughput {run['worker_processes']}x{CONCURRENCY}" if run else ""
+        if run:
+            rows.append((label, f"{_fmt(run.get('stages_per_second'))} stages/s",
+                         f"{run.get('stages_completed')} stages in {_fmt(run.get('span_seconds'), 2)} s"))
+        if ceiling:
+            share = f"; scheduler = {100 * run['share_of_ceiling']:.0f} %" if run and run.get("share_of_ceiling") else ""
+            rows.append((f"(2) ceiling, {ceiling['connections']} connections", f"{_fmt(ceiling['per_second'])} /s",
+                         f"raw claim+finish loop{share}"))
+    for size, data in (_get(results, "claim", "sizes") or {}).items():
+        c, f = data.get("claim", {}), data.get("finish", {})
+        rows.append((f"(3) claim, {int(size):,} pending", f"p50 {_fmt(c.get('p50_ms'), 2)} / p99 {_fmt(c.get('p99_ms'), 2)} ms",
+                     f"finish p50 {_fmt(f.get('p50_ms'), 2)} / p99 {_fmt(f.get('p99_ms'), 2)} ms"))
+    for key, label in (("notify", "notifications"), ("polling", "polling only, 1 s")):
+        w = _get(results, "wakeup", key)
+        if w:
+            h, d = w["enqueue_to_handler_start"], w["created_to_claim_started_db"]
+            rows.append((f"(4) wake-up, {label}", f"p50 {_fmt(h.get('p50_ms'))} / p99 {_fmt(h.get('p99_ms'))} ms",
+                         f"claim began p50 {_fmt(d.get('p50_ms'))} / p99 {_fmt(d.get('p99_ms'))} ms"))
+    for name, e in (_get(results, "web", "endpoints") or {}).items():
+        rows.append((f"(5) {name}", f"p50 {_fmt(e.get('p50_ms'))} / p99 {_fmt(e.get('p99_ms'))} ms",
+                     f"{_fmt(e.get('response_bytes'))} bytes, {_fmt(_get(results, 'web', 'jobs'))} jobs"))
+    m = results.get("media") or {}
+    if m.get("ratio_median") is not None:
+        rows.append(("(6) media reencode_streaming", f"{m['ratio_median']:.3f} x direct",
+                     f"system {_fmt(m.get('system_median_seconds'), 2)} s, direct {_fmt(m.get('direct_median_seconds'), 2)} s"))
+    for name, data in results.items():
+        if isinstance(data, dict) and "error" in data:
+            rows.append((name, "ERROR", data["error"][:70]))
+    width = [max(len(r[i]) for r in rows) if rows else 10 for i in range(3)]
+    print()
+    for r in rows:
+        print(f"  {r[0]:<{width[0]}}  {r[1]:<{width[1]}}  {r[2]}")
+    print("\nTargets (2-core machine; figures measured on a shared machine are noisy):")
+    for t in report["targets"]:
+        mark = {True: "pass", False: "MISS", None: "n/a"}[t["met"]]
+        value = _fmt(t["value"], 3 if isinstance(t["value"], float) and t["value"] < 10 else 1)
+        print(f"  [{mark}] ({t['id']}) {t['what']}: {value} {t['unit']} (target {t['target']} {t['unit']})".rstrip())
+
+
+def _pairs(results: dict):
+    runs = _get(results, "throughput", "runs") or []
+    ceilings = _get(results, "ceiling", "runs") or []
+    by_slots = {c["connections"]: c for c in ceilings}
+    seen = set()
+    for run in runs:
+        c = by_slots.get(run["slots"])
+        seen.add(run["slots"])
+        yield run, c
+    for slots, c in by_slots.items():
+        if slots not in seen:
+            yield None, c
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="profile", action="store_const", const="quick",
+                      help="smaller sizes (500 jobs, no 1M claim queue, fewer samples): about 5 minutes")
+    mode.add_argument("--smoke", dest="profile", action="store_const", const="smoke",
+                      help="tiny sizes, to check that the suite works (the test suite uses it)")
+    parser.set_defaults(profile="full")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help=f"run only these: {', '.join(MEASUREMENTS)}")
+    parser.add_argument("--jobs", type=int, help="noop jobs per throughput run (default 5000; --quick 500)")
+    parser.add_argument("--database", default=db.DEFAULT_DATABASE,
+                        help="name of the database to create (dropped first if it exists; default jetencode_bench)")
+    parser.add_argument("--output", help=f"where to write the JSON (default {RESULTS.relative_to(db.ROOT)})")
+    parser.add_argument("--keep-database", action="store_true", help="do not drop the database at the end")
+    parser.add_argument("--keep-workdir", action="store_true", help="keep worker logs and media files")
+    args = parser.parse_args(argv)
+    return Runner(args).run()

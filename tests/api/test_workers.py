@@ -1,0 +1,73 @@
+"""GET /v2/workers, GET /v2/workers/{uid}, POST /v2/workers/{uid}/drain."""
+
+import pytest
+from django.db import connection
+
+from scheduler import repository
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_lists_workers_with_capacity_and_utilization(viewer, make_worker_row, enqueue, claim):
+    uid, session = make_worker_row("w-gpu", concurrency=3, limits={"cpu": 2, "gpu_encode": 1}, vram=8000)
+    make_worker_row("w-cpu")
+    job_id = enqueue()
+    _, task = claim(uid, session)
+    workers = {w["uid"]: w for w in viewer.get("/v2/workers").json()["data"]}
+    assert set(workers) == {"w-gpu", "w-cpu"}
+    w = workers["w-gpu"]
+    assert (w["lifecycle"], w["session_id"], w["hostname"]) == ("active", str(session), "test")
+    assert w["media"] == {"capacity": 3, "running": 1}
+    assert w["background"] == {"capacity": 1, "running": 0}
+    assert w["categories"] == {"cpu": {"capacity": 2, "running": 1}, "gpu_encode": {"capacity": 1, "running": 0}}
+    assert (w["vram_total_mb"], w["vram_used_mb"]) == (8000, 0)
+    [active] = w["active_tasks"]
+    assert (active["id"], active["job_id"], active["task_type"], active["job_type"]) == (task.id, str(job_id), "noop", "noop")
+    assert w["last_heartbeat_at"] and w["registered_at"]
+    assert isinstance(w["system_sample"], dict) and isinstance(w["capabilities"], dict)
+
+
+def test_worker_detail_includes_its_latest_system_sample(viewer, make_worker_row):
+    uid, session = make_worker_row("w-1")
+    repository.worker_heartbeat(uid, session, {"cpu_percent": 12.5, "memory_percent": 40})
+    worker = viewer.get("/v2/workers/w-1").json()
+    assert worker["system_sample"]["cpu_percent"] == 12.5
+
+
+def test_a_silent_worker_is_reported_offline(viewer, make_worker_row):
+    uid, _ = make_worker_row("w-quiet")
+    with connection.cursor() as cursor:  # test setup: its heartbeat stopped an hour ago
+        cursor.execute("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid])
+    assert viewer.get(f"/v2/workers/{uid}").json()["lifecycle"] == "offline"
+
+
+def test_unknown_workers_are_a_404_in_json(viewer, operator):
+    for response in (viewer.get("/v2/workers/w-ghost"), operator.post("/v2/workers/w-ghost/drain"),
+                     viewer.get("/v2/workers/a%2Fb"), operator.post("/v2/workers/a%2Fb/drain")):
+        assert response.status_code == 404
+        assert response.json() == {"detail": "worker not found"} or response.json() == {"detail": "not found"}
+
+
+def test_drain_stops_new_claims_and_targets(operator, worker, enqueue):
+    uid, session = worker
+    response = operator.post(f"/v2/workers/{uid}/drain")
+    assert response.status_code == 200 and response.json()["lifecycle"] == "draining"
+    assert operator.post(f"/v2/workers/{uid}/drain").status_code == 200  # idempotent
+    enqueue()
+    assert repository.claim(uid, session, "media", 30) is None
+    refused = operator.post("/v2/jobs", {"type": "noop", "required_worker_uid": uid})
+    assert refused.status_code == 422
+
+
+def test_an_offline_worker_cannot_be_drained(operator, make_worker_row):
+    uid, _ = make_worker_row("w-gone")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid])
+    repository.mark_stale_workers(60)
+    response = operator.post(f"/v2/workers/{uid}/drain")
+    assert response.status_code == 409 and response.json() == {"detail": "worker w-gone is offline"}
+
+
+def test_viewers_may_look_but_not_drain(viewer, worker):
+    assert viewer.get(f"/v2/workers/{worker[0]}").status_code == 200
+    assert viewer.post(f"/v2/workers/{worker[0]}/drain").status_code == 403
