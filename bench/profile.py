@@ -25,6 +25,7 @@ class ActivitySampler(threading.Thread):
         self.like = application_like
         self.interval = interval
         self.counts: Counter[str] = Counter()
+        self.producer: Counter[str] = Counter()
         self.samples = 0
         self._halt = threading.Event()
 
@@ -32,32 +33,36 @@ class ActivitySampler(threading.Thread):
         with db.connect(self.url, application_name="jetencode-bench-sampler") as conn:
             while not self._halt.is_set():
                 rows = conn.execute(
-                    """SELECT state, wait_event_type, wait_event, left(query, 60)
+                    """SELECT application_name, state, wait_event_type, wait_event, left(query, 60)
                          FROM pg_stat_activity
-                        WHERE datname = current_database() AND application_name LIKE %s
-                          AND pid <> pg_backend_pid()""",
+                        WHERE datname = current_database() AND pid <> pg_backend_pid()
+                          AND (application_name LIKE %s OR application_name = 'jetencode-bench-producer')""",
                     [self.like],
                 ).fetchall()
                 self.samples += 1
-                for state, wtype, wevent, query in rows:
+                for app, state, wtype, wevent, query in rows:
+                    role = "producer" if app == "jetencode-bench-producer" else "slot"
                     if state == "idle":
                         key = "idle in the worker, after " + _statement(query)
                     elif state != "active":
-                        key = state
+                        key = f"{state}, after " + _statement(query)
                     elif wtype is None:
                         key = "active on CPU: " + _statement(query)
                     else:
                         key = f"active waiting {wtype}/{wevent}: " + _statement(query)
-                    self.counts[key] += 1
+                    (self.producer if role == "producer" else self.counts)[key] += 1
                 time.sleep(self.interval)
 
     def stop(self) -> dict:
         self._halt.set()
         self.join(timeout=5)
         total = sum(self.counts.values()) or 1
+        producer = sum(self.producer.values()) or 1
         return {
             "samples": self.samples,
-            "backend_states_percent": {k: round(100.0 * v / total, 1) for k, v in self.counts.most_common(14)},
+            "slot_connections_percent": {k: round(100.0 * v / total, 1) for k, v in self.counts.most_common(16)},
+            "producer_connection_percent": {k: round(100.0 * v / producer, 1)
+                                            for k, v in self.producer.most_common(6)},
         }
 
 

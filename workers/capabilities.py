@@ -63,7 +63,11 @@ def detect_gpus(timeout: float = 15.0) -> GpuInfo:
     try:
         proc = subprocess.run(
             [binary, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return GpuInfo(note=f"nvidia-smi failed: {exc}")
@@ -83,8 +87,15 @@ def ffmpeg_catalog() -> dict[str, Any]:
         return ffmpeg.encoder_catalog()
     except Exception as exc:  # FFmpegNotFound, a broken binary, a timeout
         log.warning("FFmpeg catalog unavailable: %s", exc)
-        return {"ffmpeg": None, "version": None, "encoders": [], "hardware_encoders": [],
-                "hardware_encoders_unconfirmed": [], "hwaccels": [], "error": str(exc)}
+        return {
+            "ffmpeg": None,
+            "version": None,
+            "encoders": [],
+            "hardware_encoders": [],
+            "hardware_encoders_unconfirmed": [],
+            "hwaccels": [],
+            "error": str(exc),
+        }
 
 
 def default_category_limits(concurrency: int, gpus: GpuInfo, catalog: dict[str, Any]) -> dict[str, int]:
@@ -97,8 +108,12 @@ def default_category_limits(concurrency: int, gpus: GpuInfo, catalog: dict[str, 
 
 def system_sample(workspace: Path, running: int) -> dict[str, Any]:
     """The worker row's live sample (CPU, memory, workspace disk), taken at each heartbeat."""
-    sample: dict[str, Any] = {"at": time.time(), "pid": os.getpid(), "uptime_seconds": round(time.time() - _started, 1),
-                              "running_tasks": running}
+    sample: dict[str, Any] = {
+        "at": time.time(),
+        "pid": os.getpid(),
+        "uptime_seconds": round(time.time() - _started, 1),
+        "running_tasks": running,
+    }
     try:
         sample["cpu_percent"] = psutil.cpu_percent(interval=None)
         sample["cpu_count"] = cpu_count()
@@ -107,14 +122,23 @@ def system_sample(workspace: Path, running: int) -> dict[str, Any]:
         pass
     try:
         memory = psutil.virtual_memory()
-        sample["memory"] = {"total": memory.total, "available": memory.available, "used": memory.used,
-                            "percent": memory.percent}
+        sample["memory"] = {
+            "total": memory.total,
+            "available": memory.available,
+            "used": memory.used,
+            "percent": memory.percent,
+        }
     except OSError:
         pass
     try:
         disk = psutil.disk_usage(str(workspace))
-        sample["disk"] = {"path": str(workspace), "total": disk.total, "used": disk.used, "free": disk.free,
-                          "percent": disk.percent}
+        sample["disk"] = {
+            "path": str(workspace),
+            "total": disk.total,
+            "used": disk.used,
+            "free": disk.free,
+            "percent": disk.percent,
+        }
     except OSError:
         pass
     return sample

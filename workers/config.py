@@ -67,11 +67,15 @@ class Timing:
                 f"({2 * self.heartbeat:g}), or healthy workers would be reported offline"
             )
         if self.shutdown_grace < 0:
-            problems.append(f"JETENCODE_SHUTDOWN_GRACE_SECONDS must not be negative (got {self.shutdown_grace:g})")
+            problems.append(
+                f"JETENCODE_SHUTDOWN_GRACE_SECONDS must not be negative (got {self.shutdown_grace:g})"
+            )
         if self.poll <= 0:
             problems.append(f"JETENCODE_POLL_SECONDS must be positive (got {self.poll:g})")
         if self.recovery_interval <= 0:
-            problems.append(f"JETENCODE_RECOVERY_INTERVAL_SECONDS must be positive (got {self.recovery_interval:g})")
+            problems.append(
+                f"JETENCODE_RECOVERY_INTERVAL_SECONDS must be positive (got {self.recovery_interval:g})"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -103,7 +107,9 @@ def parse_categories(text: str) -> dict[str, int]:
             raise ConfigError(f"--categories: unknown category {name!r} (known: {', '.join(CATEGORIES)})")
         if name in limits:
             raise ConfigError(f"--categories: {name} is given twice")
-        limits[name] = parse_positive_int(value, f"--categories {name}", minimum=0, maximum=MAX_CATEGORY_LIMIT)
+        limits[name] = parse_positive_int(
+            value, f"--categories {name}", minimum=0, maximum=MAX_CATEGORY_LIMIT
+        )
     return limits
 
 

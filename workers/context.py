@@ -60,8 +60,15 @@ class WorkerShutdown(StageCancelled):
 
 
 class TaskRun:
-    def __init__(self, task: repository.ClaimedTask, lease: repository.Lease, slot: str, claimed_at: float,
-                 lease_seconds: float, deadline_margin: float):
+    def __init__(
+        self,
+        task: repository.ClaimedTask,
+        lease: repository.Lease,
+        slot: str,
+        claimed_at: float,
+        lease_seconds: float,
+        deadline_margin: float,
+    ):
         self.task = task
         self.lease = lease
         self.slot = slot
@@ -83,8 +90,13 @@ class TaskRun:
 
     @property
     def extra(self) -> dict[str, Any]:
-        return {"job_id": str(self.task.job_id), "task_id": self.task.id, "slot": self.slot,
-                "worker_uid": self.lease.worker_uid, "session_id": str(self.lease.session_id)}
+        return {
+            "job_id": str(self.task.job_id),
+            "task_id": self.task.id,
+            "slot": self.slot,
+            "worker_uid": self.lease.worker_uid,
+            "session_id": str(self.lease.session_id),
+        }
 
     def renewed(self, sent_at: float) -> None:
         with self._lock:
@@ -102,8 +114,15 @@ class TaskRun:
             groups = list(self._groups)
         if changed:
             level = logging.INFO if kind in (CANCELLED, SHUTDOWN) else logging.WARNING
-            log.log(level, "task %s (%s): stopping, %s: %s", self.task.id, self.task.task_type, kind, reason,
-                    extra=self.extra)
+            log.log(
+                level,
+                "task %s (%s): stopping, %s: %s",
+                self.task.id,
+                self.task.task_type,
+                kind,
+                reason,
+                extra=self.extra,
+            )
         for group in groups:
             if kill_now:
                 group.kill_now()
@@ -257,9 +276,12 @@ class RunContext:
             # Progress is best effort: keep the lines for the next try, never fail the stage for it.
             reset_connection()
             self._lines = (lines + self._lines)[-LOG_BUFFER_MAX:]
-            self._db_trouble.warning("task %s: progress not saved (%s); will retry", self.task_id,
-                                     str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                                     extra=self._run.extra)
+            self._db_trouble.warning(
+                "task %s: progress not saved (%s); will retry",
+                self.task_id,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                extra=self._run.extra,
+            )
             return
         if percent is not None:
             self._last_percent = percent
@@ -335,7 +357,8 @@ class RunContext:
                 lines.put(None)
 
         def read_stderr() -> None:
-            for raw in iter(group.popen.stderr.readline, b""):
+            # Chunks, not lines: FFmpeg's stats end in \r, and a "line" could grow for hours.
+            for raw in iter(lambda: group.popen.stderr.read1(65536), b""):
                 stderr_tail.append(raw)
                 stderr_size[0] += len(raw)
                 while stderr_size[0] > STDERR_TAIL_BYTES and len(stderr_tail) > 1:
@@ -383,7 +406,9 @@ class RunContext:
                     run.abort(TIMEOUT, f"stage deadline of {run.task.timeout_seconds:g}s passed")
                     run.raise_if_aborted()
                 if stall_seconds and now - last_output > stall_seconds:
-                    raise StageTimeout(f"{Path(argv[0]).name} printed no progress for {stall_seconds:g}s (stalled)")
+                    raise StageTimeout(
+                        f"{Path(argv[0]).name} printed no progress for {stall_seconds:g}s (stalled)"
+                    )
                 self._maybe_flush()
         except BaseException:
             group.stop(run.kill_grace)
@@ -403,7 +428,8 @@ class RunContext:
         returncode = group.popen.wait()
         run.raise_if_aborted()  # killed between two checks
         return subprocess.CompletedProcess(
-            list(argv), returncode,
+            list(argv),
+            returncode,
             b"".join(kept).decode("utf-8", "replace"),
             b"".join(stderr_tail).decode("utf-8", "replace"),
         )

@@ -19,7 +19,7 @@ import threading
 import time
 
 import psycopg
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 from django.db import utils as db_utils
 from django.db.backends.signals import connection_created
 
@@ -49,12 +49,30 @@ def _apply_session_settings(sender, connection, **kwargs) -> None:  # noqa: ARG0
         cursor.execute(sql, params)
 
 
+def harden_connection_options(lease_seconds: float) -> None:
+    """Make a dead database visible as an error instead of a hang (call before threads connect):
+    a connect timeout, TCP keepalives for idle connections and a TCP user timeout for requests in
+    flight, shorter than the lease so a stuck heartbeat cannot outlive it. Explicit OPTIONS win."""
+    options = connections.settings["default"].setdefault("OPTIONS", {})
+    for key, value in (
+        ("connect_timeout", 10),
+        ("keepalives", 1),
+        ("keepalives_idle", 10),
+        ("keepalives_interval", 5),
+        ("keepalives_count", 3),
+        ("tcp_user_timeout", max(1000, int(lease_seconds * 1000 / 2))),
+    ):
+        options.setdefault(key, value)
+
+
 def name_thread_connection(name: str, **session_settings: str) -> None:
     """Name this thread's connection (and set e.g. lock_timeout='1s') now and after every reconnect."""
     global _hooked
     with _hook_lock:
         if not _hooked:
-            connection_created.connect(_apply_session_settings, dispatch_uid="jetencode-worker-connection-name")
+            connection_created.connect(
+                _apply_session_settings, dispatch_uid="jetencode-worker-connection-name"
+            )
             _hooked = True
     _local.name = name
     _local.settings = dict(session_settings)

@@ -57,8 +57,11 @@ class Heartbeat(threading.Thread):
         # A lock wait longer than a beat (our own slow finish holds the worker row) must not stall
         # the renewal of every other lease: give up and try again at the next beat.
         lock_ms = max(200, int(self.interval * 1000 * 0.8))
-        name_thread_connection(f"jetencode-worker {self.worker.uid} heartbeat", lock_timeout=f"{lock_ms}ms",
-                               statement_timeout=f"{max(1000, int(self.worker.timing.lease * 500))}ms")
+        name_thread_connection(
+            f"jetencode-worker {self.worker.uid} heartbeat",
+            lock_timeout=f"{lock_ms}ms",
+            statement_timeout=f"{max(1000, int(self.worker.timing.lease * 500))}ms",
+        )
         backoff = Backoff(0.1, max(0.2, self.interval))
         next_beat = time.monotonic()
         while not self.stop_event.is_set():
@@ -102,8 +105,9 @@ class Heartbeat(threading.Thread):
             sent_at = time.monotonic()
             try:
                 if runs:
-                    answers = repository.heartbeat_tasks(worker.uid, worker.session_id, [run.lease for run in runs],
-                                                         worker.timing.lease)
+                    answers = repository.heartbeat_tasks(
+                        worker.uid, worker.session_id, [run.lease for run in runs], worker.timing.lease
+                    )
                     self._apply(runs, answers, sent_at)
                 self.lifecycle = repository.worker_heartbeat(worker.uid, worker.session_id, sample)
             except repository.SessionSuperseded:

@@ -70,7 +70,11 @@ class Maintenance(threading.Thread):
             self.worker.on_taken_over()
         except DB_ERRORS as exc:
             reset_connection()
-            self._trouble.warning("maintenance (%s) failed: %s", what, str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+            self._trouble.warning(
+                "maintenance (%s) failed: %s",
+                what,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+            )
         except Exception:
             log.exception("maintenance (%s) failed", what)
         return False
@@ -80,8 +84,12 @@ class Maintenance(threading.Thread):
         while not self.stop_event.is_set():
             rows = repository.recover_expired(RECOVER_BATCH)
             for task_id, outcome in rows:
-                log.info("recovered task %s (lease expired or deadline passed) -> %s", task_id, outcome,
-                         extra={**self.worker.log_extra, "task_id": task_id})
+                log.info(
+                    "recovered task %s (lease expired or deadline passed) -> %s",
+                    task_id,
+                    outcome,
+                    extra={**self.worker.log_extra, "task_id": task_id},
+                )
             if len(rows) < RECOVER_BATCH:
                 break
         repository.note_recovery_ran()
@@ -90,11 +98,19 @@ class Maintenance(threading.Thread):
             # Recovering expired leases is safe (the database's clock decides); judging others is not.
             return
         for uid in repository.mark_stale_workers(timing.stale_worker):
-            log.warning("worker %s is stale (no heartbeat for %gs): reported offline", uid, timing.stale_worker,
-                        extra=self.worker.log_extra)
+            log.warning(
+                "worker %s is stale (no heartbeat for %gs): reported offline",
+                uid,
+                timing.stale_worker,
+                extra=self.worker.log_extra,
+            )
         for job_id, execution_id in repository.reassign_lost_jobs(timing.reassign_after):
-            log.warning("job %s: its worker is lost; execution %s started elsewhere", job_id, execution_id,
-                        extra={**self.worker.log_extra, "job_id": str(job_id)})
+            log.warning(
+                "job %s: its worker is lost; execution %s started elsewhere",
+                job_id,
+                execution_id,
+                extra={**self.worker.log_extra, "job_id": str(job_id)},
+            )
 
     def _own_heartbeat_fresh(self) -> bool:
         last = self.worker.heartbeat.last_ok
@@ -108,5 +124,9 @@ class Maintenance(threading.Thread):
             if purged < PURGE_BATCH:
                 break
         if total:
-            log.info("retention: purged %s finished jobs older than %s days", total, self.worker.timing.retention_days,
-                     extra=self.worker.log_extra)
+            log.info(
+                "retention: purged %s finished jobs older than %s days",
+                total,
+                self.worker.timing.retention_days,
+                extra=self.worker.log_extra,
+            )

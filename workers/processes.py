@@ -142,7 +142,9 @@ def _forget(group: ProcessGroup) -> None:
         _live.discard(group)
 
 
-def start(argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> ProcessGroup:
+def start(
+    argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None
+) -> ProcessGroup:
     """Start `argv` in its own session with stdout and stderr piped and no stdin."""
     popen = subprocess.Popen(
         list(argv),

@@ -8,18 +8,16 @@ Threads (each with its own database connection, named `jetencode-worker <uid> <r
 - listen (workers/wakeup.py): LISTEN jetencode_queue_tasks on a raw psycopg connection;
 - maintenance (workers/maintenance.py): recovery, stale workers, reassignment, samples, retention;
 - main: registers the session, handles signals and supervises: it stops a run whose lease is
-  about to expire without a renewal or whose deadline passed, drains on SIGTERM, aborts on a
-  second SIGTERM or SIGINT, and exits when a newer process takes the uid over.
+  about to expire without a renewal or whose deadline passed, drains on SIGTERM or SIGINT, aborts
+  on a second one, and exits when a newer process takes the uid over.
 
-Final writes (finish / fail / release) are retried on connection errors until the lease deadline;
-the SQL makes a replay under the same token idempotent. See docs/worker.md.
+How a run ends (finish / fail / release / nothing) is workers/outcome.py. See docs/worker.md.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import pkgutil
@@ -36,15 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 
 from scheduler import repository
 from workers import processes
 from workers.config import Timing, WorkerOptions
 from workers.context import (
-    CANCELLED,
     LEASE_EXPIRING,
-    LEASE_LOST,
     SHUTDOWN,
     TAKEN_OVER,
     TIMEOUT,
@@ -55,13 +51,15 @@ from workers.db import (
     DB_ERRORS,
     Backoff,
     RateLimitedLog,
+    harden_connection_options,
     name_thread_connection,
     refresh_connection,
     reset_connection,
 )
 from workers.heartbeat import Heartbeat
 from workers.maintenance import Maintenance
-from workers.stages.base import HANDLERS, LeaseLost, PermanentFailure, StageCancelled, StageTimeout
+from workers.outcome import Outcome
+from workers.stages.base import HANDLERS, PermanentFailure
 from workers.wakeup import Listener, Wakeup
 
 log = logging.getLogger("jetencode.worker")
@@ -82,8 +80,12 @@ def load_stage_modules() -> list[str]:
         try:
             importlib.import_module(f"{package.__name__}.{info.name}")
         except Exception:
-            log.exception("stage module workers.stages.%s failed to import; its task types will fail", info.name)
-    for entry in filter(None, (item.strip() for item in os.environ.get(EXTRA_STAGE_MODULES_ENV, "").split(","))):
+            log.exception(
+                "stage module workers.stages.%s failed to import; its task types will fail", info.name
+            )
+    for entry in filter(
+        None, (item.strip() for item in os.environ.get(EXTRA_STAGE_MODULES_ENV, "").split(","))
+    ):
         if entry.endswith(".py"):
             path = Path(entry).resolve()
             name = f"jetencode_extra_stages_{path.stem}"
@@ -114,11 +116,11 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def failure_text(exc: BaseException, tb: str) -> str:
-    """What goes into last_failure: the summary first (the job log shows the first line), then the
-    traceback."""
-    summary = f"{type(exc).__name__}: {exc}".strip()
-    return f"{summary}\n\n{tb}" if tb else summary
+def _output_location() -> str:
+    bucket = getattr(settings, "S3_BUCKET", "") or ""
+    if bucket:
+        return f"s3://{bucket}/{getattr(settings, 'S3_PREFIX', '') or ''}"
+    return str(settings.OUTPUT_ROOT_DIR)
 
 
 class RunRegistry:
@@ -156,8 +158,15 @@ class Slot:
 
 
 class Worker:
-    def __init__(self, options: WorkerOptions, timing: Timing, capabilities: dict[str, Any], *,
-                 hostname: str | None = None, stderr: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        options: WorkerOptions,
+        timing: Timing,
+        capabilities: dict[str, Any],
+        *,
+        hostname: str | None = None,
+        stderr: Callable[[str], None] | None = None,
+    ):
         self.options = options
         self.timing = timing
         self.uid = options.uid
@@ -177,39 +186,53 @@ class Worker:
         self.phase = "starting"  # starting | running | draining | stopping
         self.grace_deadline: float | None = None
         self._drain_requested = False
+        self._drain_signal = signal.SIGTERM
         self._abort_signal: int | None = None
         self._main_wake = threading.Event()
         self._claim_trouble = RateLimitedLog(30)
 
         self.heartbeat = Heartbeat(self)
+        self.outcome = Outcome(self)
         self.maintenance = Maintenance(self)
         self.listener = (
-            Listener(self.wakeup, threading.Event(), f"jetencode-worker {self.uid} listen") if timing.notify else None
+            Listener(self.wakeup, threading.Event(), f"jetencode-worker {self.uid} listen")
+            if timing.notify
+            else None
         )
         self.slots = [Slot(f"media-{i + 1}", "media") for i in range(options.concurrency)]
-        self.slots += [Slot("background" if options.background_slots == 1 else f"background-{i + 1}", "background")
-                       for i in range(options.background_slots)]
+        self.slots += [
+            Slot("background" if options.background_slots == 1 else f"background-{i + 1}", "background")
+            for i in range(options.background_slots)
+        ]
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def run(self) -> int:
         """Register, start the threads and supervise until shutdown. Returns the exit status."""
+        harden_connection_options(self.timing.lease)
         name_thread_connection(f"jetencode-worker {self.uid} main")
         self._install_signals()
         try:
-            if not self._register():
-                return 128 + (self._abort_signal or signal.SIGTERM)
+            if not self._register():  # a signal came before the database answered: nothing to drain
+                return 128 + self._abort_signal if self._abort_signal else EXIT_OK
             self.phase = "running"
             self.heartbeat.start()
             self.maintenance.start()
             if self.listener is not None:
                 self.listener.start()
             for slot in self.slots:
-                slot.thread = threading.Thread(target=self._slot_loop, args=(slot,), name=f"slot-{slot.name}",
-                                               daemon=True)
+                slot.thread = threading.Thread(
+                    target=self._slot_loop, args=(slot,), name=f"slot-{slot.name}", daemon=True
+                )
                 slot.thread.start()
-            log.info("worker %s ready: session %s, %d media slot(s) + %d background", self.uid, self.session_id,
-                     self.options.concurrency, self.options.background_slots, extra=self.log_extra)
+            log.info(
+                "worker %s ready: session %s, %d media slot(s) + %d background",
+                self.uid,
+                self.session_id,
+                self.options.concurrency,
+                self.options.background_slots,
+                extra=self.log_extra,
+            )
             return self._supervise()
         finally:
             leftovers = processes.kill_all()
@@ -218,10 +241,17 @@ class Worker:
 
     def _register(self) -> bool:
         registration = repository.WorkerRegistration(
-            uid=self.uid, session_id=self.session_id, hostname=self.hostname, pid=os.getpid(), version=_version(),
-            concurrency=self.options.concurrency, background_slots=self.options.background_slots,
-            category_limits=dict(self.options.category_limits), vram_total_mb=self.options.vram_mb,
-            capabilities=self.capabilities, workspace=str(self.workspace_root),
+            uid=self.uid,
+            session_id=self.session_id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            version=_version(),
+            concurrency=self.options.concurrency,
+            background_slots=self.options.background_slots,
+            category_limits=dict(self.options.category_limits),
+            vram_total_mb=self.options.vram_mb,
+            capabilities=self.capabilities,
+            workspace=str(self.workspace_root),
         )
         backoff = Backoff(0.5, 10.0)
         trouble = RateLimitedLog(30)
@@ -230,14 +260,19 @@ class Worker:
                 previous = repository.register_worker(registration)
             except DB_ERRORS as exc:
                 reset_connection()
-                trouble.warning("cannot register with the database (%s); retrying", _first_line(exc),
-                                extra=self.log_extra)
+                trouble.warning(
+                    "cannot register with the database (%s); retrying", _first_line(exc), extra=self.log_extra
+                )
                 backoff.sleep(self._main_wake)
                 self._main_wake.clear()
                 continue
             if previous and previous != self.session_id:
-                log.warning("uid %s was registered by session %s: that process is fenced out now", self.uid, previous,
-                            extra=self.log_extra)
+                log.warning(
+                    "uid %s was registered by session %s: that process is fenced out now",
+                    self.uid,
+                    previous,
+                    extra=self.log_extra,
+                )
             return True
         return False
 
@@ -248,10 +283,12 @@ class Worker:
         signal.signal(signal.SIGINT, self._on_signal)
 
     def _on_signal(self, signum: int, frame) -> None:  # noqa: ARG002
-        if signum == signal.SIGINT or self._drain_requested:
+        """The first SIGTERM or SIGINT (Ctrl-C) drains; a second one of either aborts."""
+        if self._drain_requested:
             self._abort_signal = signum
         else:
             self._drain_requested = True
+            self._drain_signal = signum
         self._main_wake.set()
 
     def request_drain(self) -> None:
@@ -309,8 +346,12 @@ class Worker:
     def _begin_drain(self) -> None:
         self.phase = "draining"
         self.grace_deadline = time.monotonic() + self.timing.shutdown_grace
-        log.info("SIGTERM: draining (no new claims; running stages get %gs)", self.timing.shutdown_grace,
-                 extra=self.log_extra)
+        log.info(
+            "%s: draining (no new claims; running stages get %gs; signal again to abort)",
+            signal.Signals(self._drain_signal).name,
+            self.timing.shutdown_grace,
+            extra=self.log_extra,
+        )
         self._stop_claims()
         self._set_lifecycle("draining", seconds=5.0)
 
@@ -332,7 +373,11 @@ class Worker:
     def _stop_remaining(self) -> None:
         runs = self.runs.snapshot()
         if runs:
-            log.info("shutdown grace over: stopping %d stage(s) and handing them back", len(runs), extra=self.log_extra)
+            log.info(
+                "shutdown grace over: stopping %d stage(s) and handing them back",
+                len(runs),
+                extra=self.log_extra,
+            )
         for run in runs:
             run.abort(SHUTDOWN, f"shutdown grace period of {self.timing.shutdown_grace:g}s is over")
         self._wait_for_slots(self.kill_grace + 5.0)
@@ -352,7 +397,9 @@ class Worker:
     def _wait_for_slots(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if not self.runs.count() and not any(slot.thread and slot.thread.is_alive() for slot in self.slots):
+            if not self.runs.count() and not any(
+                slot.thread and slot.thread.is_alive() for slot in self.slots
+            ):
                 return
             if not self.runs.count() and self.stop_claiming.is_set():
                 return
@@ -365,8 +412,12 @@ class Worker:
             for group in run.groups():
                 group.kill_now()
             if run.take_conclusion():
-                self._final(run, "release", lambda r=run: repository.release(r.lease, r.abort_reason or "worker stopped"),
-                            until=min(run.lease_deadline, time.monotonic() + until_seconds))
+                self.outcome.final(
+                    run,
+                    "release",
+                    lambda r=run: repository.release(r.lease, r.abort_reason or "worker stopped"),
+                    until=min(run.lease_deadline, time.monotonic() + until_seconds),
+                )
 
     def _finish(self, code: int) -> int:
         self.phase = "stopping"
@@ -391,8 +442,10 @@ class Worker:
         self.heartbeat.disable(timeout=0.5)
         self._wait_for_slots(self.kill_grace + 1.0)
         processes.kill_all()
-        message = (f"{TAKEN_OVER_MESSAGE}: another process registered worker uid {self.uid!r}; "
-                   f"this process (session {self.session_id}) stops and writes nothing more")
+        message = (
+            f"{TAKEN_OVER_MESSAGE}: another process registered worker uid {self.uid!r}; "
+            f"this process (session {self.session_id}) stops and writes nothing more"
+        )
         log.error(message, extra=self.log_extra)
         self._stderr(message)
         return EXIT_TAKEN_OVER
@@ -403,12 +456,18 @@ class Worker:
         while True:
             try:
                 if not repository.set_session_lifecycle(self.uid, self.session_id, lifecycle):
-                    log.warning("session no longer current: lifecycle %s not recorded", lifecycle, extra=self.log_extra)
+                    log.warning(
+                        "session no longer current: lifecycle %s not recorded",
+                        lifecycle,
+                        extra=self.log_extra,
+                    )
                 return
             except DB_ERRORS as exc:
                 reset_connection()
                 if time.monotonic() >= deadline:
-                    log.error("could not mark the session %s: %s", lifecycle, _first_line(exc), extra=self.log_extra)
+                    log.error(
+                        "could not mark the session %s: %s", lifecycle, _first_line(exc), extra=self.log_extra
+                    )
                     return
                 backoff.sleep(limit=deadline - time.monotonic())
 
@@ -428,8 +487,11 @@ class Worker:
             except DB_ERRORS as exc:
                 reset_connection()
                 if not self.stop_claiming.is_set():
-                    self._claim_trouble.warning("claim failed (%s); retrying", _first_line(exc),
-                                                extra={**self.log_extra, "slot": slot.name})
+                    self._claim_trouble.warning(
+                        "claim failed (%s); retrying",
+                        _first_line(exc),
+                        extra={**self.log_extra, "slot": slot.name},
+                    )
                 backoff.sleep(self.stop_claiming)
                 continue
             except Exception:
@@ -462,18 +524,32 @@ class Worker:
 
     def _execute(self, slot: Slot, task: repository.ClaimedTask, claimed_at: float) -> None:
         lease = repository.Lease.of(task, self.uid, self.session_id)
-        run = TaskRun(task, lease, slot.name, claimed_at, self.timing.lease,
-                      deadline_margin=max(self.timing.heartbeat, self.kill_grace + 1.0))
+        run = TaskRun(
+            task,
+            lease,
+            slot.name,
+            claimed_at,
+            self.timing.lease,
+            deadline_margin=max(self.timing.heartbeat, self.kill_grace + 1.0),
+        )
         run.kill_grace = self.kill_grace
         self.runs.add(run)
         extra = run.extra
         try:
             if self.stop_claiming.is_set():  # the claim returned as shutdown began: give it back
                 run.abort(SHUTDOWN, "claimed while the worker began shutting down")
-                self._conclude(run, None, None, None, "")
+                self.outcome.conclude(run, None, None, None, "")
                 return
-            log.info("task %s (%s) of job %s started on %s: attempt %s/%s", task.id, task.task_type, task.job_id,
-                     slot.name, task.attempt, task.max_attempts, extra=extra)
+            log.info(
+                "task %s (%s) of job %s started on %s: attempt %s/%s",
+                task.id,
+                task.task_type,
+                task.job_id,
+                slot.name,
+                task.attempt,
+                task.max_attempts,
+                extra=extra,
+            )
             result, error, tb, ctx = None, None, "", None
             try:
                 workspace = self.workspace_root / str(task.job_id) / str(task.execution_id)
@@ -481,11 +557,13 @@ class Worker:
                 ctx = RunContext(self, run, workspace)
                 handler = HANDLERS.get(task.task_type)
                 if handler is None:
-                    raise PermanentFailure(f"worker {self.uid} has no handler for task type {task.task_type!r}")
+                    raise PermanentFailure(
+                        f"worker {self.uid} has no handler for task type {task.task_type!r}"
+                    )
                 result = handler(ctx)
             except BaseException as exc:  # a handler crash fails its task, never the worker
                 error, tb = exc, traceback.format_exc()
-            self._conclude(run, ctx, result, error, tb)
+            self.outcome.conclude(run, ctx, result, error, tb)
         except Exception:
             log.exception("task %s: runtime error while concluding", task.id, extra=extra)
         finally:
@@ -493,148 +571,6 @@ class Worker:
                 group.stop(run.kill_grace)
             self.runs.remove(run)
             self.wakeup.notify(task.pool)  # a slot (and its category) is free again
-
-    # ---- concluding a run --------------------------------------------------------------------
-
-    def _conclude(self, run: TaskRun, ctx: RunContext | None, result: Any, error: BaseException | None,
-                  tb: str) -> None:
-        if not run.take_conclusion():
-            return  # the supervisor already handed it back
-        task, lease = run.task, run.lease
-        if ctx is not None and run.abort_kind not in (LEASE_LOST, TAKEN_OVER, LEASE_EXPIRING):
-            try:
-                ctx.flush()  # the handler's last log lines, while the lease is still ours
-            except (LeaseLost, StageCancelled):
-                pass  # run.abort_kind says what happened
-            except Exception:
-                log.exception("task %s: could not flush its log", task.id, extra=run.extra)
-        if run.abort_kind is not None:
-            self._conclude_aborted(run)
-            return
-        if isinstance(error, LeaseLost):
-            log.warning("task %s: lease lost (%s); discarding the attempt", task.id, error, extra=run.extra)
-            return
-        if isinstance(error, StageTimeout):
-            self._final(run, "fail", lambda: repository.fail(lease, failure_text(error, tb), retryable=True))
-            return
-        if error is not None:
-            if isinstance(error, StageCancelled):
-                log.warning("task %s raised StageCancelled without a cancel request: failing the attempt", task.id,
-                            extra=run.extra)
-            retryable = not isinstance(error, PermanentFailure)
-            level = logging.WARNING if isinstance(error, Exception) else logging.ERROR
-            log.log(level, "task %s (%s) failed%s: %s", task.id, task.task_type, "" if retryable else " permanently",
-                    _first_line(error), extra=run.extra)
-            self._final(run, "fail", lambda: repository.fail(lease, failure_text(error, tb), retryable=retryable))
-            return
-        self._complete(run, ctx, result)
-
-    def _conclude_aborted(self, run: TaskRun) -> None:
-        kind, reason, lease = run.abort_kind, run.abort_reason, run.lease
-        if kind in (LEASE_LOST, TAKEN_OVER):
-            log.warning("task %s: %s; attempt discarded, nothing written", run.task.id, reason, extra=run.extra)
-        elif kind == LEASE_EXPIRING:
-            # One fenced try: if the lease still holds, the attempt ends now (retried later);
-            # otherwise the write is rejected and the recovery loop has it or will have it.
-            self._final(run, "fail", lambda: repository.fail(lease, f"stopped by worker {self.uid}: {reason}",
-                                                             retryable=True), until=time.monotonic())
-        elif kind == SHUTDOWN:
-            self._final(run, "release", lambda: repository.release(lease, reason or "worker shutting down"))
-        elif kind == CANCELLED:
-            self._final(run, "finish", lambda: repository.finish(lease))  # the SQL ends it cancelled
-        elif kind == TIMEOUT:
-            self._final(run, "fail", lambda: repository.fail(lease, f"StageTimeout: {reason}", retryable=True))
-
-    def _complete(self, run: TaskRun, ctx: RunContext, result: Any) -> None:
-        lease = run.lease
-        if result is not None and not isinstance(result, dict):
-            result = {"value": result}
-        try:
-            json.dumps(result)
-        except (TypeError, ValueError) as exc:
-            message = f"the handler returned a result that is not JSON: {exc}"
-            self._final(run, "fail", lambda: repository.fail(lease, message, retryable=False))
-            return
-        from jetencode.media.storage import get_storage
-
-        storage = get_storage()
-        prepared = []
-        committed: set[str] = set()
-        try:
-            try:
-                # The slow part (copying bytes) happens before the transaction, heartbeats still on.
-                for spec in ctx.publications:
-                    prepared.append((spec, storage.prepare(ctx.job_id, Path(spec.source), spec.name)))
-            except Exception as exc:
-                message = failure_text(exc, traceback.format_exc())
-                log.warning("task %s: preparing outputs failed: %s", run.task.id, exc, extra=run.extra)
-                self._final(run, "fail", lambda: repository.fail(lease, message, retryable=True))
-                return
-            if run.abort_kind is not None:  # cancelled or lost while the files were copied
-                self._conclude_aborted(run)
-                return
-            outputs = [
-                repository.Output(name=p.name, kind=spec.kind, size_bytes=p.size_bytes,
-                                  storage_url=storage.url(ctx.job_id, p.name), metadata=dict(spec.metadata or {}))
-                for spec, p in prepared
-            ]
-
-            def finish_and_publish() -> repository.FenceResult:
-                with transaction.atomic():
-                    outcome = repository.finish(lease, result, ctx.children, outputs)
-                    if outcome.outcome == "completed":
-                        # Inside the finish transaction: an error here rolls the completion back.
-                        for _spec, p in prepared:
-                            if p.temp not in committed:
-                                storage.commit(p)
-                                committed.add(p.temp)
-                return outcome
-
-            try:
-                self._final(run, "finish", finish_and_publish)
-            except Exception as exc:  # publishing failed: the transaction was rolled back
-                message = failure_text(exc, traceback.format_exc())
-                log.warning("task %s: publishing outputs failed: %s", run.task.id, exc, extra=run.extra)
-                self._final(run, "fail", lambda: repository.fail(lease, message, retryable=True))
-        finally:
-            for _spec, p in prepared:
-                if p.temp not in committed:
-                    try:
-                        storage.abort(p)
-                    except Exception:
-                        log.warning("could not remove the temporary output %s", p.temp, extra=run.extra)
-
-    def _final(self, run: TaskRun, what: str, call: Callable[[], repository.FenceResult],
-               until: float | None = None) -> repository.FenceResult | None:
-        """A fenced final write (finish / fail / release), retried on connection errors until the
-        lease deadline (the SQL makes a replay under the same token idempotent)."""
-        self.heartbeat.stop_renewing(run)
-        until = run.lease_deadline if until is None else until
-        backoff = Backoff(0.1, 2.0)
-        while True:
-            try:
-                outcome = call()
-                break
-            except repository.SessionSuperseded:
-                self.on_taken_over()
-                log.warning("task %s: %s not written: uid taken over", run.task.id, what, extra=run.extra)
-                return None
-            except DB_ERRORS as exc:
-                reset_connection()
-                remaining = until - time.monotonic()
-                if remaining <= 0:
-                    log.error("task %s: %s not written (%s); the lease runs out, recovery will take it", run.task.id,
-                              what, _first_line(exc), extra=run.extra)
-                    return None
-                log.warning("task %s: %s failed (%s); retrying", run.task.id, what, _first_line(exc), extra=run.extra)
-                backoff.sleep(limit=remaining)
-        elapsed = time.monotonic() - run.claimed_at
-        if outcome.accepted:
-            log.info("task %s (%s): %s -> %s%s after %.1fs", run.task.id, run.task.task_type, what, outcome.outcome,
-                     f" ({outcome.reason})" if outcome.reason else "", elapsed, extra=run.extra)
-        else:
-            log.warning("task %s: %s rejected: %s", run.task.id, what, outcome.reason, extra=run.extra)
-        return outcome
 
     # ---- description ---------------------------------------------------------------------------
 
@@ -650,7 +586,7 @@ class Worker:
             f"  categories   {limits}",
             f"  vram         {self.options.vram_mb} MB",
             f"  workspace    {self.workspace_root}",
-            f"  outputs      {settings.OUTPUT_ROOT_DIR}",
+            f"  outputs      {_output_location()}",
             f"  ffmpeg       {ffmpeg} (version {catalog.get('version') or '?'}); hardware encoders: {hardware}",
             f"  timing       lease {t.lease:g}s, heartbeat {t.heartbeat:g}s, stale {t.stale_worker:g}s, "
             f"grace {t.shutdown_grace:g}s, poll {t.poll:g}s, recovery every {t.recovery_interval:g}s",

@@ -66,8 +66,15 @@ def connection_params(application_name: str) -> dict:
     settings = django_connection.settings_dict
     params: dict = {}
     options = dict(settings.get("OPTIONS") or {})
-    for django_only in ("isolation_level", "assume_role", "server_side_binding", "pool", "cursor_factory",
-                        "prepare_threshold", "context"):
+    for django_only in (
+        "isolation_level",
+        "assume_role",
+        "server_side_binding",
+        "pool",
+        "cursor_factory",
+        "prepare_threshold",
+        "context",
+    ):
         options.pop(django_only, None)
     params.update(options)
     params["dbname"] = settings.get("NAME") or "postgres"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from django import template
@@ -138,6 +139,11 @@ def bar(value, state: str = "", label: str = ""):
         '<span class="track"><span class="fill" style="width: {}%"></span></span><span class="num">{}</span></span>',
         BADGE_CLASSES.get(state, "b-none").replace("b-", "bar-"), number, number, text,
     )
+
+
+@register.filter
+def pretty_json(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 @register.filter

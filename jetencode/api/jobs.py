@@ -9,7 +9,8 @@ from typing import Annotated
 from uuid import UUID
 
 from django.db.models import Q
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import get_script_prefix
 from ninja import Query, Router, Status
 
 from jetencode import services
@@ -119,10 +120,11 @@ def get_job(job_id: UUID) -> Job:
 
 
 @router.post("", response={201: JobDetailOut, **responses(*AUTH_ERRORS, 413, 422)}, summary="Create a job")
-def create_job(request: HttpRequest, payload: JobIn):
+def create_job(request: HttpRequest, payload: JobIn, response: HttpResponse):
     """Validate the type, its params, the resource overrides, the targeted worker and the webhook
-    URL, then enqueue. Every invalid field is named in one 422."""
+    URL, then enqueue. Every invalid field is named in one 422. `Location` names the new job."""
     job = services.create_job(request.auth.user, payload.model_dump(exclude_unset=True))
+    response["Location"] = f"{get_script_prefix()}v2/jobs/{job.id}"
     return Status(201, job_detail(get_job(job.id)))
 
 

@@ -164,8 +164,8 @@ class FaultInjector(threading.Thread):
     """Injects one fault every `interval` seconds on average; at most `max_disabled` workers are
     down or frozen at once, so somebody is always there to recover the rest."""
 
-    KINDS = {"sigkill": 3, "sigstop": 2, "sigterm": 1, "pg_terminate_backend": 3, "pg_terminate_listen": 1,
-             "postgres_restart": 1}
+    KINDS = {"sigkill": 2, "sigkill_in_finish": 1, "sigstop": 2, "sigterm": 1, "pg_terminate_backend": 3,
+             "pg_terminate_listen": 1, "postgres_restart": 1}
 
     def __init__(self, workers: list[WorkerProcess], *, admin_url: str, dbname: str, interval: float,
                  lease: float, recovery_interval: float, reassign_after: float, rng: random.Random,
@@ -265,7 +265,7 @@ class FaultInjector(threading.Thread):
     def _inject(self) -> None:
         kinds = dict(self.kinds)
         if self._disabled() >= self.max_disabled:
-            for kind in ("sigkill", "sigstop", "sigterm"):
+            for kind in ("sigkill", "sigkill_in_finish", "sigstop", "sigterm"):
                 kinds.pop(kind, None)
         if "postgres_restart" in kinds and time.monotonic() - self._last_restart < self.restart_every:
             kinds.pop("postgres_restart")
@@ -297,6 +297,32 @@ class FaultInjector(threading.Thread):
         self._schedule(delay, "restart", worker)
         self.counts["sigkill"] += 1
         self.on_event(f"SIGKILL {worker.uid} (restart in {delay:.1f}s)")
+
+    def _fault_sigkill_in_finish(self) -> None:
+        """SIGKILL a worker while one of its connections is inside a finish (a fenced final write)."""
+        healthy = {w.uid: w for w in self.workers if w.healthy()}
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not self.stop_event.is_set():
+            try:
+                rows = self._admin_conn().execute(
+                    "SELECT application_name FROM pg_stat_activity WHERE datname = %s "
+                    "AND application_name LIKE 'jetencode-worker%%' AND query LIKE '%%finish_task_v1%%' "
+                    "AND (state = 'active' OR state LIKE 'idle in transaction%%')", [self.dbname]).fetchall()
+            except psycopg.Error:
+                self._admin = None
+                return
+            uids = [name.split(" ")[1] for (name,) in rows if name.split(" ")[1] in healthy]
+            if uids:
+                worker = healthy[self.rng.choice(uids)]
+                worker.kill()
+                delay = self.rng.uniform(0.2, 2.0)
+                self._schedule(delay, "restart", worker)
+                self.counts["sigkill"] += 1
+                self.details["sigkill:inside finish"] += 1
+                self.on_event(f"SIGKILL {worker.uid} inside a finish (restart in {delay:.1f}s)")
+                return
+            time.sleep(0.005)
+        self._fault_sigkill()
 
     def _fault_sigstop(self) -> None:
         worker = self._pick_healthy()
@@ -553,6 +579,6 @@ class StaleWriteProber(_DjangoThread):
         except repository.SessionSuperseded:
             ok, outcome = False, "session superseded"
         if ok:
-            self.accepted.append((lease.task_id, str(lease.lease_token), operation, f"accepted while {state}"))
+            self.accepted.append((lease.task_id, str(lease.lease_token), operation, f"accepted ({outcome}) while {state}"))
         else:
             self.rejected[operation] += 1

@@ -2,7 +2,9 @@
 
 Restarting the shared server would break everybody else's connections, so the restart fault only
 ever runs against an instance of our own: a fresh cluster (`initdb`) in a temporary directory,
-listening on 127.0.0.1 and a free port, stopped and deleted afterwards. It uses the system's
+listening on 127.0.0.1 and a free port, stopped and deleted afterwards. `fsync` is off (an
+`immediate` restart is a PostgreSQL crash, not an OS crash, so nothing committed is lost);
+`synchronous_commit` stays on, or an immediate restart would lose acknowledged commits. It uses the system's
 PostgreSQL binaries when there are any (/usr/lib/postgresql/<version>/bin), else pgserver's.
 As root the server runs as the `postgres` (or `pgserver`) user: PostgreSQL refuses to run as root.
 """
@@ -87,7 +89,6 @@ class PrivatePostgres:
             f"-c unix_socket_directories={self.root}",
             f"-c max_connections={self.max_connections}",
             "-c fsync=off",
-            "-c synchronous_commit=off",
             "-c full_page_writes=off",
             "-c shared_buffers=64MB",
         ])

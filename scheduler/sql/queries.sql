@@ -175,7 +175,8 @@ SELECT
 
 -- name: claim_latency_histogram
 -- Cumulative bucket counts of (claim time - time the task became runnable) for tasks claimed in
--- the last five minutes: running ones and ones that have finished since.
+-- the last five minutes: running ones and ones that have finished since (both reachable through
+-- partial indexes; a claim whose attempt failed into retry_wait is left out until its next claim).
 WITH d AS (
   SELECT greatest(0, extract(epoch FROM started_at - available_at))::float8 AS s
     FROM queue_tasks

@@ -33,6 +33,7 @@ def test_it_creates_a_noop_job_with_the_defaults(operator):
     response = operator.post("/v2/jobs", {"type": "noop", "params": {"seconds": 1}})
     assert response.status_code == 201
     job = response.json()
+    assert response["Location"] == f"/v2/jobs/{job['id']}"
     assert job["type"] == "noop" and job["status"] == "pending"
     assert (job["priority"], job["max_attempts"], job["hardware"]) == (0, 4, "auto")
     assert job["params"] == {"seconds": 1.0, "fail_attempts": 0, "children": 0}  # normalised, defaults filled

@@ -89,6 +89,13 @@ def queue_order(page) -> list[str]:
     return page.eval_on_selector_all('section[data-group="pending"] tr[data-job-id]', "rows => rows.map(r => r.dataset.jobId)")
 
 
+def wait_for_status(job_id, status: str, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while Job.objects.filter(pk=job_id).values_list("status", flat=True).first() != status:
+        assert time.monotonic() < deadline, f"job {job_id} never became {status}"
+        time.sleep(0.1)
+
+
 def row(page, job_id):
     return page.locator(f'tr[data-job-id="{job_id}"]')
 
@@ -140,13 +147,13 @@ def test_log_in_create_a_noop_job_and_watch_it_complete(page, bob, worker):
     page.click("text=New job")
     page.wait_for_url(re.compile(r"/dashboard/jobs/new"))
     assert page.input_value("#job-type") == "noop"
-    page.fill('input[name="p.seconds"]', "2")
+    page.fill('input[name="p.seconds"]', "1.5")
     page.fill('input[name="priority"]', "3")
     shot(page, "job-new")
     page.click("#create-job")
     page.wait_for_url(re.compile(r"/dashboard/jobs/[0-9a-f-]{36}"))
     job = Job.objects.get()
-    assert job.params["seconds"] == 2
+    assert job.params["seconds"] == 1.5
 
     # The page refreshes itself: the bar moves while the stage runs, then reads 100% and completed.
     page.wait_for_selector('[data-job-status="running"], [data-job-status="completed"]')
@@ -200,14 +207,16 @@ def test_pause_and_resume(page, bob, enqueue):
 
 def test_cancel_a_running_job(page, bob, enqueue, worker):
     job = enqueue("noop", {"seconds": 120})
+    wait_for_status(job, "running")
     log_in(page, "bob")
     page.wait_for_selector(f'section[data-group="{worker}"] tr[data-job-id="{job}"][data-state="running"]')
     shot(page, "queue-running")
     row(page, job).locator('button[data-act="cancel"]').click()
-    # The worker's heartbeat sees the request and stops the stage; the job leaves the queue.
-    page.wait_for_selector(f'tr[data-job-id="{job}"]', state="detached")
+    page.wait_for_selector("#flash >> text=Cancel requested")
+    # The worker's heartbeat sees the request and stops the stage within two heartbeats.
     page.goto(f"/dashboard/jobs/{job}")
     page.wait_for_selector('[data-job-status="cancelled"]')
+    assert page.locator("tr[data-task-id] .badge.b-cancelled").count() == 1
     shot(page, "job-cancelled")
 
 

@@ -3,7 +3,6 @@
 import os
 import re
 import uuid
-
 from datetime import timedelta
 
 import pytest

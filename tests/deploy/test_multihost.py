@@ -92,6 +92,12 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
         for uid, proxy in proxies.items()
     }
     wait_for(lambda: all(fresh_active(uid) for uid in workers), 60, message="both workers registered")
+    # Every connection says whose it is in pg_stat_activity: worker uid and thread.
+    roles = ("main", "heartbeat", "maintenance", "listen", "media-1", "background")
+    expected = {f"jetencode-worker {uid} {role}" for uid in workers for role in roles}
+    wait_for(lambda: expected <= {name for (name,) in rows(
+        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()")}, 15,
+        message=f"connections named {sorted(expected)}")
 
     marker = f"farm-{uuid.uuid4().hex}"
     job_id = repository.enqueue_job(

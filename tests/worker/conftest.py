@@ -21,14 +21,16 @@ from tests.worker.workerkit import ROOT, TEST_STAGES, TIMING, WorkerProcess
 def worker_env(database_url, tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("JETENCODE_")}
     env.update(TIMING)
-    env.update({
-        "DATABASE_URL": database_url,
-        "JETENCODE_WORKSPACE_ROOT": str(tmp_path / "workspace"),
-        "JETENCODE_OUTPUT_ROOT": str(tmp_path / "outputs"),
-        "JETENCODE_EXTRA_STAGE_MODULES": str(TEST_STAGES),
-        "JETENCODE_VAR_DIR": str(ROOT / "var"),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "JETENCODE_WORKSPACE_ROOT": str(tmp_path / "workspace"),
+            "JETENCODE_OUTPUT_ROOT": str(tmp_path / "outputs"),
+            "JETENCODE_EXTRA_STAGE_MODULES": str(TEST_STAGES),
+            "JETENCODE_VAR_DIR": str(ROOT / "var"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -41,7 +43,10 @@ def start_worker(worker_env, tmp_path):
         handle = open(log_path, "wb")  # noqa: SIM115 (the child keeps it open)
         popen = subprocess.Popen(
             [sys.executable, "manage.py", "runworker", "--uid", uid, *args],
-            cwd=ROOT, env={**worker_env, **(env or {})}, stdout=handle, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**worker_env, **(env or {})},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
         handle.close()

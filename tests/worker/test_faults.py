@@ -14,8 +14,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.
 
 
 def dispatch_tasks(job):
-    return sql("SELECT id, execution_id, state, attempt, claimed_by, last_failure, lease_token FROM queue_tasks "
-               "WHERE job_id = %s AND placement = 'dispatch' ORDER BY id", [job])
+    return sql(
+        "SELECT id, execution_id, state, attempt, claimed_by, last_failure, lease_token FROM queue_tasks "
+        "WHERE job_id = %s AND placement = 'dispatch' ORDER BY id",
+        [job],
+    )
 
 
 def job_status(job):
@@ -23,17 +26,23 @@ def job_status(job):
 
 
 def running_on(job, uid):
-    return one("SELECT count(*) FROM queue_tasks WHERE job_id = %s AND state = 'running' AND claimed_by = %s",
-               [job, uid])
+    return one(
+        "SELECT count(*) FROM queue_tasks WHERE job_id = %s AND state = 'running' AND claimed_by = %s",
+        [job, uid],
+    )
 
 
 def test_sigkill_mid_task_another_worker_finishes_the_job_once(start_worker, enqueue):
     workers = {uid: start_worker(uid, "--concurrency", "2") for uid in ("crash-a", "crash-b")}
     job = enqueue("noop", {"seconds": 4, "children": 2})
-    victim_uid = wait_for(lambda: one("SELECT claimed_by FROM queue_tasks WHERE job_id = %s AND state = 'running'",
-                                      [job]), 10, "a worker to take the job", workers=list(workers.values()))
+    victim_uid = wait_for(
+        lambda: one("SELECT claimed_by FROM queue_tasks WHERE job_id = %s AND state = 'running'", [job]),
+        10,
+        "a worker to take the job",
+        workers=list(workers.values()),
+    )
     victim = workers.pop(victim_uid)
-    (survivor_uid, survivor), = workers.items()
+    ((survivor_uid, survivor),) = workers.items()
     time.sleep(0.5)
     victim.signal(signal.SIGKILL)
     victim.wait(5)
@@ -41,22 +50,40 @@ def test_sigkill_mid_task_another_worker_finishes_the_job_once(start_worker, enq
     # The victim's lease expires, the survivor's recovery loop counts the attempt, and because the
     # job is pinned to the victim (placement affinity), the survivor reassigns it once the victim
     # has been silent long enough, then runs the new execution.
-    wait_for(lambda: job_status(job) == "completed", 40, "the job to complete on the survivor", workers=[survivor])
+    wait_for(
+        lambda: job_status(job) == "completed", 40, "the job to complete on the survivor", workers=[survivor]
+    )
     tasks = dispatch_tasks(job)
     assert [(t[1], t[2]) for t in tasks] == [(1, "cancelled"), (2, "completed")], tasks
     first, second = tasks
     assert first[3] == 1 and first[4] == victim_uid  # the lost attempt was counted
     assert f"lease expired on {victim_uid}" in first[5]
-    assert sql("SELECT accepted FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover'", [first[0]]) == [(True,)]
+    assert sql(
+        "SELECT accepted FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover'", [first[0]]
+    ) == [(True,)]
     assert second[4] == survivor_uid and second[3] == 1
     # Exactly one accepted completion for the job's dispatch, and children only from it.
-    assert one("SELECT count(*) FROM queue_fence_audit a JOIN queue_tasks t ON t.id = a.task_id "
-               "WHERE t.job_id = %s AND t.placement = 'dispatch' AND a.operation = 'finish' AND a.accepted", [job]) == 1
-    children = sql("SELECT parent_task_id, state, claimed_by FROM queue_tasks WHERE job_id = %s AND placement = 'job'",
-                   [job])
+    assert (
+        one(
+            "SELECT count(*) FROM queue_fence_audit a JOIN queue_tasks t ON t.id = a.task_id "
+            "WHERE t.job_id = %s AND t.placement = 'dispatch' AND a.operation = 'finish' AND a.accepted",
+            [job],
+        )
+        == 1
+    )
+    children = sql(
+        "SELECT parent_task_id, state, claimed_by FROM queue_tasks WHERE job_id = %s AND placement = 'job'",
+        [job],
+    )
     assert sorted(children) == [(second[0], "completed", survivor_uid)] * 2, children
-    assert one("SELECT count(*) FROM queue_fence_audit WHERE accepted AND operation = 'finish' "
-               "AND task_id IN (SELECT id FROM queue_tasks WHERE job_id = %s)", [job]) == 3
+    assert (
+        one(
+            "SELECT count(*) FROM queue_fence_audit WHERE accepted AND operation = 'finish' "
+            "AND task_id IN (SELECT id FROM queue_tasks WHERE job_id = %s)",
+            [job],
+        )
+        == 3
+    )
 
     # The dead worker is reported offline and refused for targeted dispatch; a live one is accepted.
     assert one("SELECT lifecycle FROM queue_workers WHERE uid = %s", [victim_uid]) == "offline"
@@ -80,10 +107,16 @@ def test_a_stopped_worker_is_fenced_out_and_its_processes_killed(start_worker, e
 
     # Warm-up on the same process: the stall watchdog and the stage deadline kill their groups.
     stall_pids, late_pids = tmp_path / "stall.pids", tmp_path / "late.pids"
-    stalled = enqueue("test.subprocess", {"seconds": 60, "silent": True, "stall_seconds": 1, "pidfile": str(stall_pids)})
+    stalled = enqueue(
+        "test.subprocess", {"seconds": 60, "silent": True, "stall_seconds": 1, "pidfile": str(stall_pids)}
+    )
     late = enqueue("test.subprocess", {"seconds": 60, "pidfile": str(late_pids)}, timeout_seconds=2)
-    wait_for(lambda: dispatch_tasks(stalled)[0][2] == "retry_wait" and dispatch_tasks(late)[0][2] == "retry_wait", 15,
-             "the stalled and the late stage to fail", workers=[z])
+    wait_for(
+        lambda: dispatch_tasks(stalled)[0][2] == "retry_wait" and dispatch_tasks(late)[0][2] == "retry_wait",
+        15,
+        "the stalled and the late stage to fail",
+        workers=[z],
+    )
     assert "StageTimeout" in dispatch_tasks(stalled)[0][5] and "stalled" in dispatch_tasks(stalled)[0][5]
     assert "StageTimeout" in dispatch_tasks(late)[0][5] and "deadline" in dispatch_tasks(late)[0][5]
     for pidfile in (stall_pids, late_pids):
@@ -98,27 +131,46 @@ def test_a_stopped_worker_is_fenced_out_and_its_processes_killed(start_worker, e
     session = z.session()
     z.signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
-    wait_for(lambda: one("SELECT lease_expires_at < now() FROM queue_tasks WHERE id = %s", [task_id]), LEASE + 3,
-             "the lease to expire")
+    wait_for(
+        lambda: one("SELECT lease_expires_at < now() FROM queue_tasks WHERE id = %s", [task_id]),
+        LEASE + 3,
+        "the lease to expire",
+    )
     assert [row[0] for row in repository.recover_expired()] == [task_id]  # another worker's recovery loop
     assert dispatch_tasks(job)[0][2] == "retry_wait"
     assert all(pid_alive(p) for p in pids)  # the zombie's FFmpeg would still be running here
     print(f"\nworker stopped for {time.monotonic() - stopped_at:.1f}s (lease {LEASE:g}s)")
     z.signal(signal.SIGCONT)
     resumed = time.monotonic()
-    wait_for(lambda: not any(pid_alive(p) for p in pids), 2 * HEARTBEAT + 2, "the zombie's processes to die",
-             workers=[z])
+    wait_for(
+        lambda: not any(pid_alive(p) for p in pids),
+        2 * HEARTBEAT + 2,
+        "the zombie's processes to die",
+        workers=[z],
+    )
     print(f"the zombie's process group was killed {time.monotonic() - resumed:.2f}s after SIGCONT")
-    wait_for(lambda: one("SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND lease_token = %s "
-                         "AND NOT accepted", [task_id, token]), 5, "a rejected write to be audited", workers=[z])
+    wait_for(
+        lambda: one(
+            "SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND lease_token = %s AND NOT accepted",
+            [task_id, token],
+        ),
+        5,
+        "a rejected write to be audited",
+        workers=[z],
+    )
     time.sleep(HEARTBEAT * 1.5)
-    writes = sql("SELECT operation, accepted, reason FROM queue_fence_audit WHERE task_id = %s AND session_id = %s "
-                 "AND operation <> 'recover' ORDER BY id", [task_id, session])
+    writes = sql(
+        "SELECT operation, accepted, reason FROM queue_fence_audit WHERE task_id = %s AND session_id = %s "
+        "AND operation <> 'recover' ORDER BY id",
+        [task_id, session],
+    )
     assert writes and not any(accepted for _, accepted, _ in writes), writes
     assert dispatch_tasks(job)[0][2] == "retry_wait"  # the zombie completed nothing
     # The worker itself lives on (its session is still the current one) and is active again.
     assert z.popen.poll() is None
-    wait_for(lambda: one("SELECT lifecycle FROM queue_workers WHERE uid = 'zombie'") == "active", 5, "active again")
+    wait_for(
+        lambda: one("SELECT lifecycle FROM queue_workers WHERE uid = 'zombie'") == "active", 5, "active again"
+    )
     z.signal(signal.SIGTERM)
     assert z.wait(15) == 0
 
@@ -128,17 +180,28 @@ def test_killed_connections_including_listen_mid_task(start_worker, enqueue):
     job = enqueue("noop", {"seconds": 4})
     wait_for(lambda: running_on(job, "conn"), 10, "the stage to run", workers=[w])
     time.sleep(0.5)
-    victims = sql("SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity "
-                  "WHERE application_name LIKE 'jetencode-worker conn %%' AND datname = current_database()")
+    victims = sql(
+        "SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name LIKE 'jetencode-worker conn %%' AND datname = current_database()"
+    )
     roles = {name.rsplit(" ", 1)[1] for name, _ in victims}
     assert {"listen", "heartbeat", "media-1", "maintenance"} <= roles, victims
 
-    wait_for(lambda: job_status(job) == "completed", 20, "the stage to complete after reconnecting", workers=[w])
+    wait_for(
+        lambda: job_status(job) == "completed", 20, "the stage to complete after reconnecting", workers=[w]
+    )
     tasks = dispatch_tasks(job)
     assert len(tasks) == 1 and tasks[0][3] == 1, tasks  # ran once, no second attempt
-    assert one("SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND operation = 'finish' AND accepted",
-               [tasks[0][0]]) == 1
-    assert one("SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND NOT accepted", [tasks[0][0]]) == 0
+    assert (
+        one(
+            "SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND operation = 'finish' AND accepted",
+            [tasks[0][0]],
+        )
+        == 1
+    )
+    assert (
+        one("SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND NOT accepted", [tasks[0][0]]) == 0
+    )
     assert w.popen.poll() is None
 
     # LISTEN came back: an idle slot is woken well before the next poll would have found the job.
@@ -146,7 +209,24 @@ def test_killed_connections_including_listen_mid_task(start_worker, enqueue):
     time.sleep(0.3)
     quick = enqueue("noop", {"seconds": 0})
     wait_for(lambda: job_status(quick) == "completed", 10, "a job after the reconnect", workers=[w])
-    latency = one("SELECT extract(epoch FROM started_at - created_at) FROM queue_tasks WHERE job_id = %s", [quick])
+    latency = one(
+        "SELECT extract(epoch FROM started_at - created_at) FROM queue_tasks WHERE job_id = %s", [quick]
+    )
     print(f"\nwake-up latency after the LISTEN connection was re-established: {float(latency) * 1000:.1f} ms")
+
+    # A second SIGTERM aborts the drain at once: the running stage is handed back, no attempt used.
+    long = enqueue("noop", {"seconds": 60})
+    wait_for(lambda: running_on(long, "conn"), 10, "the long stage to run", workers=[w])
     w.signal(signal.SIGTERM)
-    assert w.wait(15) == 0
+    wait_for(
+        lambda: one("SELECT lifecycle FROM queue_workers WHERE uid = 'conn'") == "draining",
+        5,
+        "draining",
+        workers=[w],
+    )
+    w.signal(signal.SIGTERM)
+    aborted_at = time.monotonic()
+    assert w.wait(10) == 128 + signal.SIGTERM
+    assert time.monotonic() - aborted_at < 3
+    assert dispatch_tasks(long)[0][2:4] == ("pending", 0)
+    assert one("SELECT lifecycle FROM queue_workers WHERE uid = 'conn'") == "offline"

@@ -12,7 +12,9 @@ from tests.worker.workerkit import one, sql
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
-def test_two_workers_reassigning_the_same_lost_job_start_one_new_execution(make_worker_row, enqueue, database_url):
+def test_two_workers_reassigning_the_same_lost_job_start_one_new_execution(
+    make_worker_row, enqueue, database_url
+):
     lost = make_worker_row("lost")
     job = enqueue("noop", {})
     task = repository.claim(*lost, "media", 30)

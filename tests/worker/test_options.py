@@ -13,7 +13,11 @@ from tests.worker.workerkit import ROOT, TIMING
 CASES = [
     (["--concurrency", "0"], {}, "--concurrency must be between 1 and"),
     (["--categories", "tpu=1"], {}, "unknown category 'tpu'"),
-    ([], {"JETENCODE_LEASE_SECONDS": "2", "JETENCODE_HEARTBEAT_SECONDS": "1"}, "must be at least three heartbeats"),
+    (
+        [],
+        {"JETENCODE_LEASE_SECONDS": "2", "JETENCODE_HEARTBEAT_SECONDS": "1"},
+        "must be at least three heartbeats",
+    ),
 ]
 # ...and the rest in-process, where the command raises CommandError(returncode=2).
 IN_PROCESS = [
@@ -31,12 +35,25 @@ IN_PROCESS = [
 def test_bad_options_exit_2_with_a_clear_message(tmp_path):
     base = {key: value for key, value in os.environ.items() if not key.startswith("JETENCODE_")}
     # Validation happens before any database access; the URL only keeps settings off the embedded DB.
-    base.update(TIMING, DATABASE_URL="postgresql://postgres@127.0.0.1:5432/postgres",
-                JETENCODE_WORKSPACE_ROOT=str(tmp_path / "ws"), JETENCODE_VAR_DIR=str(ROOT / "var"))
+    base.update(
+        TIMING,
+        DATABASE_URL="postgresql://postgres@127.0.0.1:5432/postgres",
+        JETENCODE_WORKSPACE_ROOT=str(tmp_path / "ws"),
+        JETENCODE_VAR_DIR=str(ROOT / "var"),
+    )
     procs = [
-        (args, expected, subprocess.Popen([sys.executable, "manage.py", "runworker", "--uid", "opt-test", *args],
-                                          cwd=ROOT, env={**base, **env}, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+        (
+            args,
+            expected,
+            subprocess.Popen(
+                [sys.executable, "manage.py", "runworker", "--uid", "opt-test", *args],
+                cwd=ROOT,
+                env={**base, **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
         for args, env, expected in CASES
     ]
     for args, expected, proc in procs:

@@ -45,7 +45,9 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.05, worke
         if value:
             return value
         if time.monotonic() >= deadline:
-            logs = "\n".join(f"--- worker {w.uid} (rc={w.popen.poll()}) ---\n{w.output()[-6000:]}" for w in workers)
+            logs = "\n".join(
+                f"--- worker {w.uid} (rc={w.popen.poll()}) ---\n{w.output()[-6000:]}" for w in workers
+            )
             raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
         time.sleep(interval)
 
@@ -88,20 +90,29 @@ class WorkerProcess:
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.uid} did not exit within {timeout}s\n{self.output()[-6000:]}") from None
+            raise AssertionError(
+                f"worker {self.uid} did not exit within {timeout}s\n{self.output()[-6000:]}"
+            ) from None
 
     def session(self):
-        return one("SELECT current_session_id FROM queue_workers WHERE uid = %s AND pid = %s", [self.uid, self.pid])
+        return one(
+            "SELECT current_session_id FROM queue_workers WHERE uid = %s AND pid = %s", [self.uid, self.pid]
+        )
 
     def wait_ready(self, timeout: float = 30.0, listening: bool = True) -> None:
         """Registered, and (by default) its LISTEN connection is up."""
         wait_for(self.session, timeout, f"worker {self.uid} to register", workers=[self])
         if listening:
-            wait_for(lambda: self.connections("listen"), timeout, f"worker {self.uid} to LISTEN", workers=[self])
+            wait_for(
+                lambda: self.connections("listen"), timeout, f"worker {self.uid} to LISTEN", workers=[self]
+            )
         wait_for(lambda: "ready" in self.output(), timeout, f"worker {self.uid} slots", workers=[self])
 
     def connections(self, role: str = "%") -> list[int]:
-        return [row[0] for row in sql(
-            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s AND datname = current_database()",
-            [f"jetencode-worker {self.uid} {role}"],
-        )]
+        return [
+            row[0]
+            for row in sql(
+                "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s AND datname = current_database()",
+                [f"jetencode-worker {self.uid} {role}"],
+            )
+        ]

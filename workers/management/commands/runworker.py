@@ -1,8 +1,8 @@
 """`manage.py runworker`: run a JetEncode worker in the foreground (see docs/worker.md).
 
-Exit status: 0 after a clean drain (SIGTERM), 2 for invalid options or timing settings,
-3 when a newer process took over the uid ("uid taken over"), 128+signal after an abort
-(a second SIGTERM, or SIGINT).
+Exit status: 0 after a clean drain (SIGTERM or Ctrl-C), 2 for invalid options or timing
+settings, 3 when a newer process took over the uid ("uid taken over"), 128+signal after an abort
+(a second SIGTERM or SIGINT during the drain).
 """
 
 from __future__ import annotations
@@ -27,16 +27,23 @@ from workers.config import (
 
 
 class Command(BaseCommand):
-    help = "Run a worker: claim queued stages and run them (SIGTERM drains, a second SIGTERM or SIGINT aborts)."
+    help = "Run a worker: claim queued stages and run them (SIGTERM/Ctrl-C drains, a second one aborts)."
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("--uid", help="stable worker id (default: the host name)")
         parser.add_argument("--concurrency", help="media slots (default: the CPU count)")
-        parser.add_argument("--categories", metavar="cpu=N,gpu_encode=N,gpu_ai=N",
-                            help="slots per resource category (default: cpu=concurrency, GPUs from nvidia-smi)")
-        parser.add_argument("--vram-mb", dest="vram_mb", help="GPU memory to offer (default: from nvidia-smi, else 0)")
-        parser.add_argument("--workspace", help="directory for job workspaces (default: JETENCODE_WORKSPACE_ROOT)")
+        parser.add_argument(
+            "--categories",
+            metavar="cpu=N,gpu_encode=N,gpu_ai=N",
+            help="slots per resource category (default: cpu=concurrency, GPUs from nvidia-smi)",
+        )
+        parser.add_argument(
+            "--vram-mb", dest="vram_mb", help="GPU memory to offer (default: from nvidia-smi, else 0)"
+        )
+        parser.add_argument(
+            "--workspace", help="directory for job workspaces (default: JETENCODE_WORKSPACE_ROOT)"
+        )
 
     def handle(self, *args, **options):
         try:
@@ -45,12 +52,14 @@ class Command(BaseCommand):
             uid = check_uid(options["uid"] if options["uid"] is not None else default_uid())
             concurrency = (
                 parse_positive_int(options["concurrency"], "--concurrency", maximum=MAX_CONCURRENCY)
-                if options["concurrency"] is not None else None
+                if options["concurrency"] is not None
+                else None
             )
             categories = parse_categories(options["categories"]) if options["categories"] is not None else {}
             vram = (
                 parse_positive_int(options["vram_mb"], "--vram-mb", minimum=0, maximum=MAX_VRAM_MB)
-                if options["vram_mb"] is not None else None
+                if options["vram_mb"] is not None
+                else None
             )
             workspace = prepare_workspace(options["workspace"] or settings.WORKSPACE_ROOT_DIR)
         except ConfigError as exc:
@@ -67,22 +76,32 @@ class Command(BaseCommand):
         limits = {**capabilities.default_category_limits(concurrency, gpus, catalog), **categories}
         if vram is None:
             vram = gpus.vram_total_mb
-        catalog = {**catalog, "cpu_count": cpus,
-                   "gpus": [{"name": n, "vram_mb": m} for n, m in zip(gpus.names, gpus.vram_mb, strict=True)]}
+        catalog = {
+            **catalog,
+            "cpu_count": cpus,
+            "gpus": [{"name": n, "vram_mb": m} for n, m in zip(gpus.names, gpus.vram_mb, strict=True)],
+        }
         try:
             task_types = load_stage_modules()
         except Exception as exc:
             raise CommandError(f"cannot load stage modules: {exc}", returncode=2) from None
         catalog["task_types"] = task_types
 
-        worker = Worker(WorkerOptions(uid, concurrency, limits, vram, workspace), timing, catalog,
-                        stderr=lambda text: self.stderr.write(text))
+        worker = Worker(
+            WorkerOptions(uid, concurrency, limits, vram, workspace),
+            timing,
+            catalog,
+            stderr=lambda text: self.stderr.write(text),
+        )
         for line in worker.describe():
             self.stdout.write(line)
         self.stdout.write(
             f"  detected     {cpus} CPU(s); "
-            + (f"{gpus.count} NVIDIA GPU(s): {', '.join(gpus.names)}, {gpus.vram_total_mb} MB" if gpus.count
-               else f"no NVIDIA GPU ({gpus.note})")
+            + (
+                f"{gpus.count} NVIDIA GPU(s): {', '.join(gpus.names)}, {gpus.vram_total_mb} MB"
+                if gpus.count
+                else f"no NVIDIA GPU ({gpus.note})"
+            )
         )
         self.stdout.flush()
         sys.stdout.flush()

@@ -1,0 +1,92 @@
+"""Proposed scheduler changes, measurable without editing the scheduler's files.
+
+`python -m bench --proposal NAME ...` applies each named proposal to the bench database after
+`manage.py migrate`: the function's current definition is taken from scheduler/sql/functions_v1.sql,
+the proposal's text substitutions are made, and the result is run with CREATE OR REPLACE. If the
+source has changed so that a substitution no longer matches, the run stops and says so (the
+proposal is then either merged or needs re-basing). docs/benchmarks.md explains each proposal and
+its measured effect; the JSON records which ones a run used.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bench import db
+
+SQL_FILE = db.ROOT / "scheduler" / "sql" / "functions_v1.sql"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    name: str
+    function: str
+    substitutions: tuple[tuple[str, str], ...]
+    why: str
+
+
+PROPOSALS = {
+    p.name: p
+    for p in [
+        Proposal(
+            "claim-async-commit",
+            "claim_task_v1",
+            ((
+                "  -- 2. Serialize selection with operator controls.\n",
+                "  -- The claim's commit does not wait for its WAL flush: the singleton is held for the\n"
+                "  -- selection only. Safe: a later synchronous commit (progress, finish, any control)\n"
+                "  -- flushes it first, and a claim lost in a crash is fenced out like an expired lease.\n"
+                "  PERFORM set_config('synchronous_commit', 'off', true);\n"
+                "  -- 2. Serialize selection with operator controls.\n",
+            ),),
+            "the serialized section of each claim includes its commit's WAL flush (fdatasync); without it "
+            "the singleton is held only while the claim computes",
+        ),
+        Proposal(
+            "claim-worker-share",
+            "claim_task_v1",
+            ((
+                "SELECT * INTO w FROM queue_workers q WHERE q.uid = p_worker FOR NO KEY UPDATE;",
+                "SELECT * INTO w FROM queue_workers q WHERE q.uid = p_worker FOR SHARE;",
+            ),),
+            "claims lock their worker row FOR NO KEY UPDATE while they queue for the singleton, which blocks "
+            "every finish of that worker (FOR SHARE) behind the global claim queue; the singleton already "
+            "serializes claims, so FOR SHARE (still blocking a re-registration) is enough",
+        ),
+    ]
+}
+
+
+def function_source(sql: str, name: str) -> str:
+    """The `CREATE OR REPLACE FUNCTION name(...) ... $$;` statement from the SQL file."""
+    match = re.search(rf"CREATE OR REPLACE FUNCTION {re.escape(name)}\(.*?\n\$\$;\n", sql, re.S)
+    if match is None:
+        raise RuntimeError(f"{name} not found in {SQL_FILE}")
+    return match.group(0)
+
+
+def build(names: list[str]) -> dict[str, str]:
+    """{function name: patched CREATE OR REPLACE statement} for the given proposals."""
+    sql = SQL_FILE.read_text()
+    patched: dict[str, str] = {}
+    for name in names:
+        proposal = PROPOSALS.get(name)
+        if proposal is None:
+            raise SystemExit(f"unknown proposal {name!r}; known: {', '.join(PROPOSALS)}")
+        text = patched.get(proposal.function) or function_source(sql, proposal.function)
+        for old, new in proposal.substitutions:
+            if old not in text:
+                raise RuntimeError(f"proposal {name} no longer applies to {proposal.function}: {old.strip()[:80]!r} "
+                                   "not found (merged already, or the function changed)")
+            text = text.replace(old, new, 1)
+        patched[proposal.function] = text
+    return patched
+
+
+def apply(url: str, names: list[str]) -> list[dict]:
+    statements = build(names)
+    with db.connect(url) as conn:
+        for statement in statements.values():
+            conn.execute(statement)
+    return [{"name": n, "function": PROPOSALS[n].function, "why": PROPOSALS[n].why} for n in names]

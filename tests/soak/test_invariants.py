@@ -1,0 +1,328 @@
+"""Each soak invariant query catches a deliberately corrupted state (and passes a clean one).
+
+The states are built through the real repository (claims, finishes, recoveries), then corrupted
+with one raw SQL statement each: what a bug in the scheduler would have left behind.
+"""
+
+import uuid
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from sqlhelpers import claim, expire_lease, lease_of, make_available, one, sql
+
+from jetencode.soak import invariants
+from scheduler import repository
+
+pytestmark = pytest.mark.django_db
+
+
+def _check(func, *args, **kwargs):
+    with connection.cursor() as cursor:
+        return func(cursor, *args, **kwargs)
+
+
+def _audit(task_id, operation, accepted, token, *, reason="", attempt=1, uid="w", session=None):
+    sql(
+        """INSERT INTO queue_fence_audit (at, task_id, job_id, operation, accepted, reason, lease_token, worker_uid,
+                                          session_id, attempt, execution_id)
+           SELECT now(), id, job_id, %s, %s, %s, %s, %s, %s, %s, execution_id FROM queue_tasks WHERE id = %s""",
+        [operation, accepted, reason, token, uid, session, attempt, task_id],
+    )
+
+
+@pytest.fixture
+def worker(make_worker_row):
+    return make_worker_row("w-inv", concurrency=4)
+
+
+@pytest.fixture
+def finished_family(worker, enqueue):
+    """A noop job asking for 2 children: the parent completed with them, both children completed."""
+    job = enqueue("noop", {"seconds": 0, "children": 2})
+    parent = claim(worker)
+    children = [repository.Child("noop", {"seconds": 0, "children": 0}) for _ in range(2)]
+    assert repository.finish(lease_of(parent, worker), {"ok": 1}, children).outcome == "completed"
+    kids = [claim(worker), claim(worker)]
+    for kid in kids:
+        assert repository.finish(lease_of(kid, worker)).outcome == "completed"
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "completed"
+    return job, parent, kids
+
+
+@pytest.fixture
+def recovered_then_completed(worker, enqueue):
+    """A task whose first lease expired and was recovered, then completed under a second claim."""
+    enqueue("noop", {"seconds": 0})
+    first = claim(worker)
+    expire_lease(first.id)
+    assert repository.recover_expired() == [(first.id, "retry_wait")]
+    make_available(first.id)
+    second = claim(worker)
+    assert repository.finish(lease_of(second, worker)).outcome == "completed"
+    return first, second
+
+
+def _failed(result):
+    assert not result.passed, result.line()
+    assert result.violations >= 1
+    return result
+
+
+def test_a_clean_run_passes_every_invariant(finished_family, recovered_then_completed, worker, enqueue):
+    # plus a failed job that holds a sibling, and a stale write that was rejected
+    job = enqueue("noop", {"seconds": 0, "children": 2}, max_attempts=1)
+    parent = claim(worker)
+    repository.finish(lease_of(parent, worker), children=[repository.Child("noop", {"children": 0})] * 2)
+    kid = claim(worker)
+    assert repository.fail(lease_of(kid, worker), "boom").outcome == "failed"
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "failed"
+    first, _ = recovered_then_completed
+    assert repository.finish(lease_of(first, worker)).outcome == "rejected"
+    jobs = [r[0] for r in sql("SELECT id FROM jobs")]
+    with connection.cursor() as cursor:
+        results = invariants.check_all(cursor, expected_job_ids=jobs, recovery_interval=0.5, slack=5)
+    assert [r.line() for r in results if not r.passed] == []
+    assert {r.name for r in results} >= {
+        "jobs_not_lost", "no_task_lost", "jobs_terminal", "job_status_matches_tasks", "nothing_running_past_lease",
+        "attempts_within_limits", "one_conclusion_per_attempt", "failures_exhaust_attempts",
+        "one_accepted_finish_per_task", "finish_under_current_token", "exact_children",
+        "children_only_from_completed_parents", "no_stale_write_accepted", "outputs_published_once",
+    }
+
+
+# ---- nothing lost -------------------------------------------------------------------------------
+
+
+def test_a_job_that_was_enqueued_but_is_missing_is_lost(finished_family):
+    job, _, _ = finished_family
+    assert _check(invariants.jobs_not_lost, [job]).passed
+    result = _failed(_check(invariants.jobs_not_lost, [job, uuid.uuid4()]))
+    assert result.examples[0][1] == "missing job"
+
+
+def test_a_job_without_tasks_is_lost(finished_family):
+    job, _, _ = finished_family
+    sql("DELETE FROM queue_tasks WHERE job_id = %s", [job])
+    _failed(_check(invariants.jobs_not_lost, [job]))
+
+
+def test_a_task_left_pending_after_the_drain_is_lost(finished_family):
+    _, _, kids = finished_family
+    assert _check(invariants.no_task_lost).passed
+    sql("UPDATE queue_tasks SET state = 'pending', attempt = 0 WHERE id = %s", [kids[0].id])
+    _failed(_check(invariants.no_task_lost))
+
+
+def test_a_job_left_unfinished_after_the_drain(worker, enqueue):
+    enqueue("noop", {})
+    _failed(_check(invariants.jobs_terminal))
+
+
+def test_a_job_status_that_disagrees_with_its_tasks(finished_family):
+    job, _, kids = finished_family
+    assert _check(invariants.job_status_matches_tasks).passed
+    sql("UPDATE queue_tasks SET state = 'failed' WHERE id = %s", [kids[1].id])  # but the job says completed
+    _failed(_check(invariants.job_status_matches_tasks))
+
+
+# ---- nothing stuck, attempts --------------------------------------------------------------------
+
+
+def test_a_task_running_long_past_its_lease_is_stuck(worker, enqueue):
+    enqueue("noop", {})
+    task = claim(worker)
+    assert _check(invariants.nothing_running_past_lease, 0.5, 5).passed
+    sql("UPDATE queue_tasks SET lease_expires_at = now() - interval '1 hour' WHERE id = %s", [task.id])
+    started = one("SELECT now() - pg_postmaster_start_time() > interval '10 seconds'")
+    if not started:
+        pytest.skip("the server started less than 10 s ago")
+    _failed(_check(invariants.nothing_running_past_lease, 0.5, 5))
+    assert _check(invariants.stuck_running, 5.5)[0][0] == task.id
+
+
+def test_the_database_refuses_an_attempt_beyond_the_limit_and_the_audit_check_catches_one(finished_family):
+    _, parent, _ = finished_family
+    with pytest.raises(IntegrityError), transaction.atomic():
+        sql("UPDATE queue_tasks SET attempt = max_attempts + 1 WHERE id = %s", [parent.id])
+    assert _check(invariants.attempts_within_limits).passed
+    _audit(parent.id, "fail", True, uuid.uuid4(), attempt=99)
+    _failed(_check(invariants.attempts_within_limits))
+
+
+def test_a_lease_recovered_twice_counts_its_attempt_twice(recovered_then_completed):
+    first, _ = recovered_then_completed
+    assert _check(invariants.one_conclusion_per_attempt).passed
+    _audit(first.id, "recover", True, first.lease_token, reason="retry_wait: lease expired")
+    result = _failed(_check(invariants.one_conclusion_per_attempt))
+    assert result.examples[0][2] == "recover,recover"
+
+
+def test_a_noop_stage_that_gave_up_before_its_last_attempt(worker, enqueue):
+    enqueue("noop", {}, max_attempts=3)
+    task = claim(worker)
+    assert repository.fail(lease_of(task, worker), "boom").outcome == "retry_wait"
+    assert _check(invariants.failures_exhaust_attempts).passed
+    sql("UPDATE queue_tasks SET state = 'failed', finished_at = now() WHERE id = %s", [task.id])
+    _failed(_check(invariants.failures_exhaust_attempts))
+
+
+# ---- completions ----------------------------------------------------------------------------------
+
+
+def test_two_accepted_finishes_of_one_task(finished_family):
+    _, parent, _ = finished_family
+    assert _check(invariants.one_accepted_finish_per_task).passed
+    _audit(parent.id, "finish", True, uuid.uuid4())
+    _failed(_check(invariants.one_accepted_finish_per_task))
+
+
+def test_an_accepted_finish_under_a_stale_token(recovered_then_completed):
+    first, second = recovered_then_completed
+    assert _check(invariants.finish_under_current_token).passed
+    # What a broken fence would leave: the first (recovered) attempt's finish accepted as well.
+    _audit(first.id, "finish", True, first.lease_token, attempt=first.attempt)
+    result = _failed(_check(invariants.finish_under_current_token))
+    assert "not the final one" in str(result.examples)
+
+
+def test_a_completed_task_without_its_finish(finished_family):
+    _, parent, _ = finished_family
+    sql("DELETE FROM queue_fence_audit WHERE task_id = %s AND operation = 'finish'", [parent.id])
+    _failed(_check(invariants.finish_under_current_token))
+
+
+def test_an_accepted_finish_of_a_task_that_did_not_complete(worker, enqueue):
+    enqueue("noop", {}, max_attempts=1)
+    task = claim(worker)
+    repository.fail(lease_of(task, worker), "boom")
+    _audit(task.id, "finish", True, task.lease_token)
+    result = _failed(_check(invariants.finish_under_current_token))
+    assert "the task is failed" in str(result.examples)
+
+
+# ---- children ----------------------------------------------------------------------------------------
+
+
+def test_a_missing_child(finished_family):
+    _, parent, kids = finished_family
+    assert _check(invariants.exact_children).passed
+    sql("DELETE FROM queue_fence_audit WHERE task_id = %s", [kids[1].id])
+    sql("DELETE FROM queue_tasks WHERE id = %s", [kids[1].id])
+    result = _failed(_check(invariants.exact_children))
+    assert result.examples[0][0] == parent.id
+
+
+def _copy_child(kid_id, payload_sql):
+    sql(
+        f"""INSERT INTO queue_tasks (job_id, execution_id, task_type, payload, parent_task_id, dedupe_key,
+                 wait_for_siblings, placement, pool, resource_category, vram_mb, state, available_at, attempt,
+                 max_attempts, timeout_seconds, progress, progress_detail, created_at)
+           SELECT job_id, execution_id, task_type, {payload_sql}, parent_task_id, md5(random()::text), false,
+                  placement, pool, resource_category, vram_mb, 'completed', now(), 1, max_attempts,
+                  timeout_seconds, 100, '{{}}', now()
+             FROM queue_tasks WHERE id = %s""",
+        [kid_id],
+    )
+
+
+def test_a_duplicate_child(finished_family):
+    _, _, kids = finished_family
+    _copy_child(kids[0].id, "payload || '{\"retried\": true}'")  # same index, another dedupe key
+    _failed(_check(invariants.exact_children))
+    _failed(_check(invariants.children_only_from_completed_parents))
+
+
+def test_a_child_beyond_the_requested_indexes(finished_family):
+    _, _, kids = finished_family
+    _copy_child(kids[0].id, "jsonb_set(payload, '{index}', '5')")
+    _failed(_check(invariants.exact_children))
+
+
+def test_a_child_of_a_failed_attempt(worker, enqueue):
+    enqueue("noop", {"seconds": 0, "children": 1}, max_attempts=1)
+    parent = claim(worker)
+    assert repository.fail(lease_of(parent, worker), "boom").outcome == "failed"
+    assert _check(invariants.children_only_from_completed_parents).passed
+    sql(
+        """INSERT INTO queue_tasks (job_id, execution_id, task_type, payload, parent_task_id, dedupe_key,
+                 wait_for_siblings, placement, pool, resource_category, vram_mb, state, available_at, attempt,
+                 max_attempts, timeout_seconds, progress, progress_detail, created_at)
+           SELECT job_id, execution_id, 'noop', jsonb_build_object('parent_task_id', id, 'index', 0), id, 'x',
+                  false, 'job', 'media', 'cpu', 0, 'pending', now(), 0, 1, 60, 0, '{}', now()
+             FROM queue_tasks WHERE id = %s""",
+        [parent.id],
+    )
+    result = _failed(_check(invariants.children_only_from_completed_parents))
+    assert "parent is failed" in str(result.examples)
+
+
+# ---- fencing ---------------------------------------------------------------------------------------------
+
+
+def test_an_accepted_write_after_its_lease_was_recovered(recovered_then_completed):
+    first, _ = recovered_then_completed
+    assert _check(invariants.no_stale_write_accepted).passed
+    _audit(first.id, "fail", True, first.lease_token, reason="retry_wait")
+    result = _failed(_check(invariants.no_stale_write_accepted))
+    assert result.examples[0][3] == "after recover"
+
+
+def test_an_accepted_write_after_the_same_token_was_rejected(recovered_then_completed, worker):
+    first, _ = recovered_then_completed
+    assert repository.release(lease_of(first, worker), "late").outcome == "rejected"
+    assert _check(invariants.no_stale_write_accepted).passed
+    _audit(first.id, "progress", True, first.lease_token)
+    _failed(_check(invariants.no_stale_write_accepted))
+
+
+def test_a_lease_expired_rejection_alone_does_not_kill_the_token(worker, enqueue):
+    """A heartbeat that began before the expiry may still renew the lease after a write saw it
+    expired (both compare with their statement's now()); only recovery ends the attempt."""
+    enqueue("noop", {})
+    task = claim(worker)
+    _audit(task.id, "progress", False, task.lease_token, reason="lease expired")
+    assert repository.finish(lease_of(task, worker)).outcome == "completed"
+    assert _check(invariants.no_stale_write_accepted).passed
+
+
+def test_a_publication_without_its_finish(finished_family):
+    _, parent, _ = finished_family
+    sql("UPDATE queue_fence_audit SET lease_token = gen_random_uuid() WHERE task_id = %s AND operation = 'publish'",
+        [parent.id])
+    _failed(_check(invariants.no_stale_write_accepted))
+
+
+def test_stale_write_probes_that_were_accepted_fail_the_check(finished_family):
+    result = _check(invariants.no_stale_write_accepted, 1, [(1, "token", "finish", "accepted while completed")])
+    _failed(result)
+
+
+# ---- outputs ------------------------------------------------------------------------------------------------
+
+
+def _output(task_id, name="out.mp4"):
+    sql(
+        """INSERT INTO job_outputs (job_id, execution_id, task_id, name, kind, storage_url, size_bytes, metadata,
+                                    created_at)
+           SELECT job_id, execution_id, id, %s, 'video', '', 1, '{}', now() FROM queue_tasks WHERE id = %s""",
+        [name, task_id],
+    )
+
+
+def test_outputs_are_published_once_by_their_completed_task(worker, enqueue):
+    enqueue("noop", {})
+    task = claim(worker)
+    out = repository.Output("out.mp4", kind="video", size_bytes=1)
+    assert repository.finish(lease_of(task, worker), outputs=[out]).outcome == "completed"
+    assert _check(invariants.outputs_published_once).passed
+    with pytest.raises(IntegrityError), transaction.atomic():  # the unique constraint holds
+        _output(task.id)
+
+
+def test_an_output_of_a_task_that_did_not_complete(worker, enqueue):
+    enqueue("noop", {}, max_attempts=1)
+    task = claim(worker)
+    repository.fail(lease_of(task, worker), "boom")
+    _output(task.id)
+    result = _failed(_check(invariants.outputs_published_once))
+    assert "is failed" in str(result.examples)
