@@ -19,6 +19,7 @@ import multiprocessing as mp
 import time
 
 from bench import db
+from bench.workers import CpuMeter
 
 SETUP = """
 DROP TABLE IF EXISTS bench_ceiling_jobs;
@@ -81,7 +82,7 @@ def prepare(url: str, rows: int) -> None:
         conn.execute("VACUUM ANALYZE bench_ceiling_jobs")
 
 
-def measure(url: str, connections: int, seconds: float) -> dict:
+def measure(url: str, database: str, connections: int, seconds: float) -> dict:
     """Claim+finish cycles per second with `connections` processes over `seconds`."""
     prepare(url, max(20000, int(seconds * 3000)))
     ctx = mp.get_context("spawn")
@@ -93,8 +94,10 @@ def measure(url: str, connections: int, seconds: float) -> dict:
         proc.start()
     barrier.wait(timeout=60)
     started = time.monotonic()
+    meter = CpuMeter(database, [p.pid for p in procs]).start()
     counts = [results.get(timeout=seconds + 60)[1] for _ in procs]
     elapsed = time.monotonic() - started
+    cpu = meter.stop()
     for proc in procs:
         proc.join(timeout=10)
     with db.connect(url) as conn:
@@ -110,4 +113,9 @@ def measure(url: str, connections: int, seconds: float) -> dict:
         "left_running": running,
         "per_second": round(total / seconds, 1),
         "wall_seconds": round(elapsed, 2),
+        "cpu": cpu,
+        "cpu_ms_per_cycle": {
+            "loop_processes": round(1000 * cpu["workers_cpu_seconds"] / max(total, 1), 3),
+            "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / max(total, 1), 3),
+        },
     }

@@ -11,7 +11,9 @@ any worker. One registered worker session (`bw3`, 4 slots) then repeats, on one 
 so the pending count stays at the target while samples are taken. Sizes are reached by adding
 jobs to the same queue (1k, then +99k, then +900k), with VACUUM ANALYZE after each fill. Beside the
 client-side timing, EXPLAIN ANALYZE of the claim's statements (the index walk, the capacity
-guard, the task pick) records their plans and server-side times at each size.
+guard, the task pick) records their plans and server-side times at each size, and `op_costs`
+measures the PostgreSQL CPU each statement of a noop stage costs (the bound on throughput when
+the machine's cores, not the locks, run out).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from collections import defaultdict
+
+import psutil
 
 from bench import db, jobs
 from bench.stats import summary_ms
@@ -96,6 +101,54 @@ def _sample(conn, session, samples: int, args: list) -> tuple[list[float], list[
     return claims, finishes, empty
 
 
+def op_costs(conn, session, args: list, n: int) -> dict:
+    """CPU (of this connection's PostgreSQL backend, read from /proc: the server must be local) and
+    wall time per call of each statement a noop stage costs: enqueue, claim, the noop's progress
+    write, finish. Twice: with the server's synchronous_commit, and with it off for this session
+    (the difference is the commit's wait for the WAL flush)."""
+    try:
+        backend = psutil.Process(db.scalar(conn, "SELECT pg_backend_pid()"))
+        backend.cpu_times()
+    except psutil.Error as exc:
+        return {"error": f"backend CPU not readable (is PostgreSQL on this machine?): {exc}"}
+
+    def cpu() -> float:
+        t = backend.cpu_times()
+        return t.user + t.system
+
+    out = {}
+    for mode in ("synchronous_commit=on", "synchronous_commit=off"):
+        conn.execute("SET synchronous_commit = " + mode.split("=")[1])
+        spent, waited = defaultdict(float), defaultdict(float)
+
+        def call(label, query, params, spent=spent, waited=waited):
+            c0, t0 = cpu(), time.perf_counter()
+            rows = conn.execute(query, params).fetchall()
+            spent[label] += cpu() - c0
+            waited[label] += time.perf_counter() - t0
+            return rows
+
+        for _ in range(n):
+            call("enqueue_job_v1", jobs.ENQUEUE, args)
+            rows = call("claim_task_v1", "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)",
+                        [WORKER, session])
+            if not rows:
+                continue
+            task, token = rows[0]
+            call("report_progress_v1", "SELECT * FROM report_progress_v1(%s, %s, %s, %s, 100, NULL, NULL)",
+                 [task, token, WORKER, session])
+            call("finish_task_v1", "SELECT * FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')",
+                 [task, token, WORKER, session])
+        out[mode] = {label: {"cpu_ms": round(1000 * spent[label] / n, 3), "wall_ms": round(1000 * waited[label] / n, 3)}
+                     for label in spent}
+        out[mode]["stage_total"] = {
+            "cpu_ms": round(sum(v["cpu_ms"] for v in out[mode].values()), 3),
+            "wall_ms": round(sum(v["wall_ms"] for v in out[mode].values()), 3),
+        }
+    conn.execute("RESET synchronous_commit")
+    return out
+
+
 def measure(url: str, sizes: list[int], samples: int, log=print) -> dict:
     out: dict = {"worker": WORKER, "samples_per_size": samples, "sizes": {}}
     args = jobs.job_args({"type": "noop", "params": {"seconds": 0}}, notify=False)
@@ -115,6 +168,11 @@ def measure(url: str, sizes: list[int], samples: int, log=print) -> dict:
             pending = db.scalar(conn, "SELECT count(*) FROM queue_tasks WHERE state = 'pending'")
             _sample(conn, session, min(50, samples), list(args))  # warm the caches, untimed
             claims, finishes, empty = _sample(conn, session, samples, list(args))
+            if "op_costs" not in out:
+                out["op_costs"] = op_costs(conn, session, list(args), max(20, min(300, samples)))
+                total = out["op_costs"].get("synchronous_commit=on", {}).get("stage_total")
+                if total:
+                    log(f"  PostgreSQL CPU per noop stage (enqueue+claim+progress+finish): {total['cpu_ms']} ms")
             plans = {
                 "walk": explain(conn, WALK, {"w": WORKER}),
                 "capacity_guard": explain(conn, GUARD, {"s": session}),

@@ -46,8 +46,8 @@ PROFILES = {
     "smoke": {
         "throughput_jobs": 40, "throughput_workers": [1], "ceiling_seconds": 1.0,
         "claim_sizes": [1000], "claim_samples": 30,
-        "wakeup_samples": 3, "wakeup_poll_samples": 0,
-        "web_jobs": 2000, "web_samples": 3, "media_clip_seconds": 2, "media_pairs": 1,
+        "wakeup_samples": 2, "wakeup_poll_samples": 0,
+        "web_jobs": 500, "web_samples": 1, "media_clip_seconds": 2, "media_pairs": 1,
     },
 }
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web")
@@ -126,7 +126,7 @@ class Runner:
         for processes in p["throughput_workers"]:
             slots = processes * CONCURRENCY
             if do_ceiling:  # right before the matching throughput run: the same machine conditions
-                c = ceiling.measure(self.url, slots, p["ceiling_seconds"])
+                c = ceiling.measure(self.url, self.args.database, slots, p["ceiling_seconds"])
                 log(f"  ceiling with {slots} connections: {c['per_second']} claim+finish/s")
                 ceilings.append(c)
             if do_throughput:

@@ -32,7 +32,8 @@ def measure(url: str, workdir, *, samples: int, notify: bool, poll_seconds: floa
         pool.start()
         try:
             time.sleep(1.0)
-            for index in range(samples + 2):
+            warmup = 2 if samples >= 5 else 1
+            for index in range(samples + warmup):
                 sent = time.time()
                 job_id = conn.execute(jobs.ENQUEUE, args).fetchone()[0]
                 deadline = time.monotonic() + poll_seconds * 3 + 10
@@ -50,7 +51,7 @@ def measure(url: str, workdir, *, samples: int, notify: bool, poll_seconds: floa
                     time.sleep(0.005)
                 if row is None:
                     raise RuntimeError(f"bench_probe job {job_id} did not complete in time")
-                if index >= 2:  # the first two are warm-up
+                if index >= warmup:
                     handler.append(row[0] - sent)
                     database.append(float(row[1]))
                 time.sleep(random.uniform(0.3, 0.7))

@@ -79,6 +79,16 @@ def nice_max(value: float) -> float:
     return 10 * exponent
 
 
+def divisions(top: float) -> int:
+    """4 or 5 gridline steps, whichever gives round tick values (5 -> 1s, 20 -> 5s, 25 -> 5s)."""
+    for count in (5, 4):
+        step = top / count
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        if any(math.isclose(mantissa, m) for m in (1, 2, 2.5, 5)):
+            return count
+    return 4
+
+
 def _x(win: Window, index: float) -> float:
     return LEFT + (WIDTH - LEFT - RIGHT) * index / max(win.count, 1)
 
@@ -96,8 +106,9 @@ def _frame(win: Window, top: float, title: str) -> list[str]:
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
     ]
-    for i in range(5):
-        value = top * i / 4
+    steps = divisions(top)
+    for i in range(steps + 1):
+        value = top * i / steps
         y = _y(value, top)
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
         parts.append(f'<text class="ylab" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_num(value)}</text>')

@@ -6,6 +6,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404, redirect
@@ -20,7 +21,7 @@ from jetencode.models import JOB_STATUSES, RESOURCE_CATEGORIES, TERMINAL_STATUSE
 from jetencode.services import ValidationError as JobValidationError
 from jetencode.services import create_job
 from scheduler import queries
-from scheduler.models import QueueTask, QueueWorker, TaskLog
+from scheduler.models import QueueTask, QueueWorker
 
 PAGE_SIZE = 25
 LOG_LINES = 200
@@ -129,6 +130,28 @@ def _timeline(job: Job, tasks: list[QueueTask]) -> list[dict]:
     return rows
 
 
+# The newest lines of each of the job's tasks (index task_logs_by_task), then the newest overall:
+# never a walk over the whole log table.
+STAGE_LOGS_SQL = """
+SELECT l.at, l.message, l.task_id, t.task_type
+  FROM queue_tasks t
+  CROSS JOIN LATERAL (
+    SELECT l.id, l.at, l.message, l.task_id FROM queue_task_logs l
+     WHERE l.task_id = t.id ORDER BY l.id DESC LIMIT %(lines)s) l
+ WHERE t.job_id = %(job)s
+ ORDER BY l.id DESC
+ LIMIT %(lines)s
+"""
+
+
+def _stage_logs(job: Job) -> list[dict]:
+    with connection.cursor() as cursor:
+        cursor.execute(STAGE_LOGS_SQL, {"job": job.id, "lines": LOG_LINES})
+        rows = [dict(zip(("at", "message", "task_id", "task_type"), row, strict=True)) for row in cursor.fetchall()]
+    rows.reverse()
+    return rows
+
+
 def job_context(job: Job) -> dict:
     tasks = list(
         QueueTask.objects.filter(job=job).order_by("execution_id", "created_at", "id")
@@ -136,11 +159,7 @@ def job_context(job: Job) -> dict:
               "state", "attempt", "max_attempts", "claimed_by", "progress", "last_failure", "created_at",
               "started_at", "finished_at", "available_at", "parent_task_id")[:TIMELINE_TASKS + 1]
     )
-    stage_logs = list(
-        TaskLog.objects.filter(task__job=job).select_related(None).order_by("-id")
-        .values("at", "message", "task_id", "task__task_type")[:LOG_LINES]
-    )
-    stage_logs.reverse()
+    stage_logs = _stage_logs(job)
     log_lines = job.log.splitlines()[-LOG_LINES:]
     outputs = list(JobOutput.objects.filter(job=job).order_by("execution_id", "name")[:MAX_OUTPUTS])
     for output in outputs:

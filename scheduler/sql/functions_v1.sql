@@ -460,7 +460,9 @@ DECLARE
   t queue_tasks%ROWTYPE;
   s job_schedule%ROWTYPE;
 BEGIN
-  SELECT * INTO w FROM queue_workers q WHERE q.uid = p_worker FOR SHARE;
+  -- KEY SHARE: never waits behind this worker's own claims (which hold FOR NO KEY UPDATE on the
+  -- row); a re-registration that commits meanwhile expires the old session's leases afterwards.
+  SELECT * INTO w FROM queue_workers q WHERE q.uid = p_worker FOR KEY SHARE;
   IF NOT FOUND OR w.current_session_id IS DISTINCT FROM p_session THEN
     RAISE EXCEPTION USING ERRCODE = 'JE410', MESSAGE = 'uid taken over by a newer session: ' || p_worker;
   END IF;
@@ -560,7 +562,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
   job uuid;
 BEGIN
-  SELECT * INTO w FROM queue_workers q WHERE q.uid = (SELECT claimed_by FROM queue_tasks WHERE id = p_task) FOR SHARE;
+  SELECT * INTO w FROM queue_workers q WHERE q.uid = (SELECT claimed_by FROM queue_tasks WHERE id = p_task) FOR KEY SHARE;
   SELECT q.job_id INTO job FROM queue_tasks q WHERE q.id = p_task;
   SELECT * INTO s FROM job_schedule js WHERE js.job_id = job FOR NO KEY UPDATE;
   SELECT * INTO t FROM queue_tasks q WHERE q.id = p_task FOR UPDATE;

@@ -29,8 +29,9 @@
     p.textContent = message;
     box.appendChild(p);
     while (box.children.length > 4) box.removeChild(box.firstChild);
-    setTimeout(function () { p.classList.add("fade"); }, 6000);
-    setTimeout(function () { if (p.parentNode) p.parentNode.removeChild(p); }, 7000);
+    var wait = kind === "error" ? 15000 : 6000;
+    setTimeout(function () { p.classList.add("fade"); }, wait);
+    setTimeout(function () { if (p.parentNode) p.parentNode.removeChild(p); }, wait + 1000);
   }
 
   var lives = [];
@@ -131,6 +132,13 @@
       form.classList.remove("busy");
       flash("The server did not answer; nothing was changed on this page.", "error");
     });
+  });
+
+  // Messages the server flashed with the page fade like the ones added here (errors stay longer).
+  document.querySelectorAll("#flash .msg").forEach(function (p) {
+    var wait = p.classList.contains("msg-error") ? 15000 : 8000;
+    setTimeout(function () { p.classList.add("fade"); }, wait);
+    setTimeout(function () { if (p.parentNode) p.parentNode.removeChild(p); }, wait + 1000);
   });
 
   var started = Date.now();

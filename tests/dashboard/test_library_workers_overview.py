@@ -215,3 +215,9 @@ def test_a_gap_lifts_the_pen():
     svg = charts.lines(win, [charts.Series("pending", values)], "t")
     path = re.search(r'd="([^"]+)"', svg).group(1)
     assert path.count("M") == 2 and path.count("L") == 1
+
+
+def test_gridlines_fall_on_round_numbers():
+    for top in (4, 5, 10, 20, 25, 50, 100, 200, 1000):
+        step = top / charts.divisions(top)
+        assert step == int(step), top

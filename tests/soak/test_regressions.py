@@ -1,0 +1,137 @@
+"""Deterministic regression tests for what the soak and its review found (see docs/reliability.md).
+
+Each test forces the interleaving that went wrong with two real connections: one holds a lock while
+the other runs the scheduler function into it, then the first changes the world and commits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from sqlhelpers import claim, lease_of, one
+
+from scheduler import repository
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _wait_until_blocked(admin: psycopg.Connection, pid: int, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        row = admin.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+        if row and row[0] == "Lock":
+            return
+        time.sleep(0.02)
+    raise AssertionError("the reassignment never waited for the lock")
+
+
+@pytest.fixture
+def lost_worker_job(make_worker_row, enqueue):
+    """A job whose dispatch completed on w-lost with one child still pending there (job placement,
+    so only w-lost may run it), and w-lost silent for an hour."""
+    worker = make_worker_row("w-lost", concurrency=2)
+    job = enqueue("noop", {"children": 1})
+    dispatch = claim(worker)
+    child = repository.Child("noop", {"seconds": 0, "children": 0})
+    assert repository.finish(lease_of(dispatch, worker), children=[child]).outcome == "completed"
+    one("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = 'w-lost' RETURNING 1")
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "pending"
+    return worker, job
+
+
+def _reassign_racing(database_url, change_under_the_lock):
+    """Run reassign_lost_jobs_v1 on one connection while another holds the scheduler lock, lets the
+    reassignment read its candidates and block, then applies `change_under_the_lock(conn)` and
+    commits. Returns what the reassignment returned."""
+    holder = psycopg.connect(database_url)
+    admin = psycopg.connect(database_url, autocommit=True)
+    runner = psycopg.connect(database_url, autocommit=True)
+    result: dict = {}
+    try:
+        holder.execute("SELECT 1 FROM queue_scheduler_state WHERE id = 1 FOR UPDATE")
+        runner_pid = runner.info.backend_pid
+
+        def run():
+            try:
+                result["rows"] = runner.execute("SELECT * FROM reassign_lost_jobs_v1(10, 50)").fetchall()
+            except psycopg.Error as exc:
+                result["error"] = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        _wait_until_blocked(admin, runner_pid)
+        change_under_the_lock(holder)
+        holder.commit()
+        thread.join(10)
+        assert not thread.is_alive()
+        return result
+    finally:
+        holder.close()
+        admin.close()
+        runner.close()
+
+
+def test_reassignment_does_not_supersede_a_worker_that_came_back_and_claimed(database_url, lost_worker_job):
+    """Found in review of reassign_lost_jobs_v1: it picked its candidates without locks and
+    redispatch_job_v1 re-checked only 'completed/cancelled', so a worker that came back between the
+    two had its freshly claimed stage cancelled and the job restarted from scratch."""
+    (uid, session), job = lost_worker_job
+
+    def worker_comes_back_and_claims(conn):
+        conn.execute("SELECT worker_heartbeat_v1(%s, %s, NULL)", [uid, session])
+        row = conn.execute("SELECT id FROM claim_task_v1(%s, %s, 'media', 30)", [uid, session]).fetchone()
+        assert row is not None
+
+    result = _reassign_racing(database_url, worker_comes_back_and_claims)
+    assert "error" not in result, result
+    assert result["rows"] == []
+    assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 1
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "running"
+    assert one("SELECT count(*) FROM queue_tasks WHERE job_id = %s AND state = 'running'", [job]) == 1
+
+
+def test_reassignment_does_not_restart_a_job_that_failed_meanwhile(database_url, lost_worker_job):
+    """The same race, when the stage fails for good meanwhile: the failed job must stay failed
+    (only an operator's retry leaves 'failed'), not be restarted as a new execution."""
+    (uid, session), job = lost_worker_job
+
+    def worker_comes_back_and_fails(conn):
+        conn.execute("SELECT worker_heartbeat_v1(%s, %s, NULL)", [uid, session])
+        task, token = conn.execute(
+            "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)", [uid, session]).fetchone()
+        outcome = conn.execute("SELECT outcome FROM fail_task_v1(%s, %s, %s, %s, 'broken', false)",
+                               [task, token, uid, session]).fetchone()[0]
+        assert outcome == "failed"
+        conn.execute("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid])
+
+    result = _reassign_racing(database_url, worker_comes_back_and_fails)
+    assert "error" not in result, result
+    assert result["rows"] == []
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "failed"
+    assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 1
+
+
+def test_reassignment_skips_a_job_finished_meanwhile_instead_of_failing_the_batch(
+    database_url, lost_worker_job, enqueue, make_worker_row
+):
+    """A candidate that was cancelled meanwhile made redispatch_job_v1 raise JE409, which aborted
+    the whole reassignment statement: no other lost job of the batch was reassigned that round."""
+    _, job = lost_worker_job
+
+    def operator_cancels(conn):
+        conn.execute("SELECT cancel_job_v1(%s)", [job])
+
+    result = _reassign_racing(database_url, operator_cancels)
+    assert "error" not in result, result
+    assert result["rows"] == []
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "cancelled"
+
+
+def test_reassignment_still_moves_a_job_whose_worker_is_lost(lost_worker_job):
+    _, job = lost_worker_job
+    assert [row[0] for row in repository.reassign_lost_jobs(10)] == [job]
+    assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 2
+    assert one("SELECT assigned_worker_uid FROM job_schedule WHERE job_id = %s", [job]) is None
