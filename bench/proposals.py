@@ -1,11 +1,15 @@
 """Proposed scheduler changes, measurable without editing the scheduler's files.
 
-`python -m bench --proposal NAME ...` applies each named proposal to the bench database after
-`manage.py migrate`: the function's current definition is taken from scheduler/sql/functions_v1.sql,
-the proposal's text substitutions are made, and the result is run with CREATE OR REPLACE. If the
-source has changed so that a substitution no longer matches, the run stops and says so (the
-proposal is then either merged or needs re-basing). docs/benchmarks.md explains each proposal and
-its measured effect; the JSON records which ones a run used.
+`python -m bench --proposal NAME ...` applies each named proposal:
+- a scheduler proposal to the bench database after `manage.py migrate`: the function's current
+  definition is taken from scheduler/sql/functions_v1.sql, the proposal's text substitutions are
+  made, and the result is run with CREATE OR REPLACE;
+- a read-side proposal inside the bench process only (the API/dashboard measurement runs there):
+  the named query text from scheduler/sql/queries.sql, or a view's constant, is replaced in memory.
+If the source has changed so that a substitution no longer matches, the run stops and says so (the
+proposal is then either merged or needs re-basing). Nothing in the repository is modified.
+docs/benchmarks.md explains each proposal and its measured effect; the JSON records which ones a
+run used.
 """
 
 from __future__ import annotations
@@ -58,6 +62,68 @@ PROPOSALS = {
 }
 
 
+@dataclass(frozen=True)
+class ReadProposal:
+    name: str
+    query: str | None  # a query name in scheduler/sql/queries.sql, or None for a Python constant
+    substitutions: tuple[tuple[str, str], ...]
+    why: str
+    constant: tuple[str, str, object] | None = None  # (module, attribute, new value)
+
+
+READ_PROPOSALS = {
+    p.name: p
+    for p in [
+        ReadProposal(
+            "queue-list-index-order",
+            "queue_list",
+            ((
+                "ORDER BY NULLIF(s.group_key, '') NULLS FIRST, s.priority DESC, s.position, s.media_runnable_at, j.id",
+                "ORDER BY s.group_key, s.priority DESC, s.position, s.job_id",
+            ),),
+            "the list's ORDER BY matches no index, so every page joins and sorts every unfinished job; ordered "
+            "like schedule_group_order ('' sorts first, as NULLS FIRST did) the plan walks that index and "
+            "stops after one page",
+        ),
+        ReadProposal(
+            "dashboard-queue-page-100",
+            None,
+            (),
+            "the queue page renders 500 entries (about 3 KB of HTML each); 100 per page",
+            constant=("dashboard.views.queue", "PAGE_SIZE", 100),
+        ),
+    ]
+}
+
+
+def apply_read(names: list[str]) -> list[dict]:
+    """Apply read-side proposals in this process (after django.setup())."""
+    import importlib
+
+    from scheduler import queries
+
+    applied = []
+    for name in names:
+        proposal = READ_PROPOSALS[name]
+        if proposal.query is not None:
+            loaded = queries.load_queries()  # cached: the dict the read functions use
+            text = loaded[proposal.query]
+            for old, new in proposal.substitutions:
+                if old not in text:
+                    raise RuntimeError(f"proposal {name} no longer applies to query {proposal.query}: "
+                                       f"{old[:80]!r} not found")
+                text = text.replace(old, new, 1)
+            loaded[proposal.query] = text
+        if proposal.constant is not None:
+            module, attribute, value = proposal.constant
+            target = importlib.import_module(module)
+            if not hasattr(target, attribute):
+                raise RuntimeError(f"proposal {name} no longer applies: {module}.{attribute} not found")
+            setattr(target, attribute, value)
+        applied.append({"name": name, "query": proposal.query, "why": proposal.why})
+    return applied
+
+
 def function_source(sql: str, name: str) -> str:
     """The `CREATE OR REPLACE FUNCTION name(...) ... $$;` statement from the SQL file."""
     match = re.search(rf"CREATE OR REPLACE FUNCTION {re.escape(name)}\(.*?\n\$\$;\n", sql, re.S)
@@ -73,7 +139,7 @@ def build(names: list[str]) -> dict[str, str]:
     for name in names:
         proposal = PROPOSALS.get(name)
         if proposal is None:
-            raise SystemExit(f"unknown proposal {name!r}; known: {', '.join(PROPOSALS)}")
+            raise SystemExit(f"unknown proposal {name!r}; known: {', '.join(ALL)}")
         text = patched.get(proposal.function) or function_source(sql, proposal.function)
         for old, new in proposal.substitutions:
             if old not in text:
@@ -90,3 +156,14 @@ def apply(url: str, names: list[str]) -> list[dict]:
         for statement in statements.values():
             conn.execute(statement)
     return [{"name": n, "function": PROPOSALS[n].function, "why": PROPOSALS[n].why} for n in names]
+
+
+ALL = (*PROPOSALS, *READ_PROPOSALS)
+
+
+def split(names: list[str]) -> tuple[list[str], list[str]]:
+    """(scheduler proposals, read-side proposals); exits on an unknown name."""
+    unknown = [n for n in names if n not in ALL]
+    if unknown:
+        raise SystemExit(f"unknown proposal(s) {', '.join(unknown)}; known: {', '.join(ALL)}")
+    return [n for n in names if n in PROPOSALS], [n for n in names if n in READ_PROPOSALS]

@@ -40,7 +40,7 @@ PROFILES = {
         "throughput_jobs": 500, "throughput_workers": [2, 1, 4], "ceiling_seconds": 4.0,
         "claim_sizes": [1000, 100_000], "claim_samples": 300,
         "wakeup_samples": 20, "wakeup_poll_samples": 10,
-        "web_jobs": 100_000, "web_samples": 30, "media_clip_seconds": 8, "media_pairs": 1,
+        "web_jobs": 100_000, "web_samples": 30, "media_clip_seconds": 8, "media_pairs": 2,
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
@@ -154,7 +154,11 @@ class Runner:
         t0 = time.monotonic()
         log(f"JetEncode benchmark ({args.profile}): {', '.join(selected)}; database {args.database} on "
             f"{db.server_url().rsplit('@', 1)[-1]}; work dir {self.workdir}")
+        from bench import proposals
+
+        sql_proposals, read_proposals = proposals.split(args.proposal)
         self.url = db.create_database(args.database, log=lambda m: log("  " + m))
+        applied = proposals.apply(self.url, sql_proposals) if sql_proposals else []
         # Django in this process (job validation, the API/dashboard test Client) uses the bench
         # database and the same media root as the workers.
         os.environ["JETENCODE_MEDIA_ROOT"] = str(self.media_root)
@@ -164,6 +168,9 @@ class Runner:
 
         warnings.filterwarnings("ignore", message="No directory at")
         jobs.setup_django(self.url)
+        applied += proposals.apply_read(read_proposals) if read_proposals else []
+        for item in applied:
+            log(f"  proposal applied: {item['name']}")
         machine = machine_info(self.url)
         p = self.profile
         try:
@@ -219,10 +226,11 @@ class Runner:
             "machine": machine,
             "noise": self.noise,
             "parameters": {**p, "worker_concurrency": CONCURRENCY, "throughput_poll_seconds": THROUGHPUT_POLL_SECONDS},
+            "proposals": applied,
             "targets": targets,
             "results": self.results,
         }
-        output = Path(args.output) if args.output else RESULTS
+        output = Path(args.output) if args.output else (RESULTS.with_name("with-proposals.json") if applied else RESULTS)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print_table(report)
@@ -323,7 +331,8 @@ def print_table(report: dict) -> None:
     m = results.get("media") or {}
     if m.get("ratio_median") is not None:
         rows.append(("(6) media reencode_streaming", f"{m['ratio_median']:.3f} x direct",
-                     f"system {_fmt(m.get('system_median_seconds'), 2)} s, direct {_fmt(m.get('direct_median_seconds'), 2)} s"))
+                     f"system {_fmt(m.get('system_median_seconds'), 2)} s, direct {_fmt(m.get('direct_median_seconds'), 2)} s; "
+                     f"CPU {_fmt(m.get('cpu_ratio_median'), 3)} x; outside encode {_fmt(m.get('outside_encode_stage_median_seconds'), 2)} s"))
     for name, data in results.items():
         if isinstance(data, dict) and "error" in data:
             rows.append((name, "ERROR", data["error"][:70]))
@@ -364,7 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, help="noop jobs per throughput run (default 5000; --quick 500)")
     parser.add_argument("--database", default=db.DEFAULT_DATABASE,
                         help="name of the database to create (dropped first if it exists; default jetencode_bench)")
-    parser.add_argument("--output", help=f"where to write the JSON (default {RESULTS.relative_to(db.ROOT)})")
+    parser.add_argument("--output", help=f"where to write the JSON (default {RESULTS.relative_to(db.ROOT)}; "
+                                         "with-proposals.json beside it when --proposal is given)")
+    parser.add_argument("--proposal", action="append", default=[], metavar="NAME",
+                        help="measure with a proposed scheduler/read-side change applied to the bench database or "
+                             "process only (see bench/proposals.py); repeatable")
     parser.add_argument("--keep-database", action="store_true", help="do not drop the database at the end")
     parser.add_argument("--keep-workdir", action="store_true", help="keep worker logs and media files")
     args = parser.parse_args(argv)

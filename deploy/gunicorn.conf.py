@@ -39,7 +39,9 @@ if os.environ.get("JETENCODE_LOG_JSON", "").strip().lower() in ("1", "true", "ye
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": "jetencode.logging.JsonFormatter"}},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+        },
         "root": {"level": "INFO", "handlers": ["console"]},
         "loggers": {
             "gunicorn.error": {"level": "INFO", "handlers": ["console"], "propagate": False},

@@ -88,7 +88,7 @@ class JobScheduleAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
 @admin.register(QueueTask)
 class QueueTaskAdmin(CheapPaginationMixin, ReadOnlyAdmin):
     list_display = ("id", "job_link", "task_type", "state", "attempts", "placement", "pool", "resource_category",
-                    "claimed_by", "available_at", "started_at", "finished_at")
+                    "claimed_by", "started_at", "finished_at")
     list_filter = (
         choices_filter("state", TASK_STATES),
         choices_filter("pool", POOLS),

@@ -127,7 +127,3 @@ def cheap_page(queryset, request: HttpRequest, per_page: int) -> CheapPage:
     rows = list(queryset[offset : offset + per_page + 1])
     return CheapPage(rows[:per_page], number, per_page, len(rows) > per_page)
 
-
-def forbid_unless(condition: bool) -> None:
-    if not condition:
-        raise PermissionDenied

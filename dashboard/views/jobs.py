@@ -6,18 +6,26 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib import messages
 from django.db import connection
 from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404, redirect
-from django.urls import reverse
 from django.utils import timezone
 
 from dashboard.files import serve_output
 from dashboard.forms import FormError, JobForm
 from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
 from jetencode.media.jobtypes import JOB_TYPES
-from jetencode.models import JOB_STATUSES, RESOURCE_CATEGORIES, TERMINAL_STATUSES, Job, JobOutput
+from jetencode.models import (
+    HARDWARE_CHOICES,
+    JOB_STATUSES,
+    RESOURCE_CATEGORIES,
+    TERMINAL_STATUSES,
+    Job,
+    JobOutput,
+    MediaAsset,
+)
 from jetencode.services import ValidationError as JobValidationError
 from jetencode.services import create_job
 from scheduler import queries
@@ -181,7 +189,6 @@ def job_context(job: Job) -> dict:
         "terminal": terminal,
         "log_sig": f"{len(job.log)}:{stage_logs[-1]['task_id'] if stage_logs else 0}:{len(stage_logs)}:{stage_logs[-1]['at'].timestamp() if stage_logs else 0}",
         "outputs_sig": ",".join(f"{o.id}" for o in outputs),
-        "running_for": (timezone.now() - job.started_at) if job.started_at and not job.finished_at else None,
     }
 
 
@@ -208,8 +215,6 @@ def _worker_choices():
 
 
 def _asset_choices():
-    from jetencode.models import MediaAsset
-
     return list(MediaAsset.objects.order_by("-created_at").values("id", "title", "path")[:200])
 
 
@@ -218,7 +223,7 @@ def _new_context(form: JobForm) -> dict:
         "form": form,
         "worker_choices": _worker_choices(),
         "assets": _asset_choices(),
-        "hardware": ["auto", "cpu", "gpu"],
+        "hardware": HARDWARE_CHOICES,
         "categories": RESOURCE_CATEGORIES,
     }
 
@@ -226,25 +231,25 @@ def _new_context(form: JobForm) -> dict:
 @viewer_required
 def job_new(request):
     """GET: the form for ?type= (default noop). POST (operators only): create the job and open it."""
-    job_type = request.GET.get("type") or request.POST.get("type") or "noop"
-    if job_type not in JOB_TYPES:
-        job_type = "noop"
-    form = JobForm.for_type(job_type)
     if request.method == "POST":
-        return _create(request, form)
+        return _create(request)
+    job_type = request.GET.get("type") or "noop"
+    form = JobForm.for_type(job_type if job_type in JOB_TYPES else "noop")
     return page(request, "dashboard/job_new.html", _new_context(form))
 
 
 @operator_required
-def _create(request, form: JobForm):
+def _create(request):
+    job_type = request.POST.get("type", "")
+    form = JobForm.for_type(job_type if job_type in JOB_TYPES else "noop")
+    if job_type not in JOB_TYPES:
+        form.add_errors([{"field": "type", "message": f"unknown job type {job_type!r}"}])
+        return page(request, "dashboard/job_new.html", _new_context(form), status=422)
     try:
-        payload = form.payload(request.POST)
-        job = create_job(request.user, payload)
-    except FormError as exc:
+        job = create_job(request.user, form.payload(request.POST))
+    except (FormError, JobValidationError) as exc:
         form.add_errors(exc.errors)
-    except JobValidationError as exc:
-        form.add_errors(exc.errors)
-    else:
-        job_id = getattr(job, "id", job)
-        return redirect(reverse("dashboard:job", args=[job_id]) + "?created=1")
-    return page(request, "dashboard/job_new.html", _new_context(form), status=422)
+        return page(request, "dashboard/job_new.html", _new_context(form), status=422)
+    messages.success(request, f"Created {job.type} {str(job.id)[:8]}.")
+    return redirect("dashboard:job", job.id)
+

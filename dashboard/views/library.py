@@ -112,7 +112,7 @@ def library_action(request):
             reasons = "; ".join(f"{e.get('field')}: {e.get('message')}" for e in exc.errors) or str(exc)
             failed.append(f"{asset.path}: {reasons}")
         else:
-            created.append(getattr(job, "id", job))
+            created.append(job.id)
     for failure in failed[:10]:
         messages.error(request, f"{ACTIONS[action]} not created for {failure}")
     if not created:

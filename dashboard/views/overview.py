@@ -35,7 +35,6 @@ def overview(request):
         "media_slots": sum(w["concurrency"] for w in workers if w["lifecycle"] == "active"),
         "media_running": sum(w["media_running"] for w in workers),
         "vram_percent": round(100 * stats["vram_used_mb"] / stats["vram_total_mb"]) if stats["vram_total_mb"] else 0,
-        "avg_by_type": sorted(stats["avg_processing_seconds_by_type"].items()),
         "jobs_by_type": sorted(stats["jobs_by_type"].items(), key=lambda item: -item[1]),
         "charts": overview_charts(queries.samples(hours), hours, timezone.now()),
     }

@@ -48,7 +48,12 @@ def _db_errors() -> tuple[type[BaseException], ...]:
 def _connection_errors() -> tuple[type[BaseException], ...]:
     from django.db import utils as db_utils
 
-    return (db_utils.OperationalError, db_utils.InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+    return (
+        db_utils.OperationalError,
+        db_utils.InterfaceError,
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+    )
 
 
 def describe_error(exc: BaseException) -> str:
@@ -91,11 +96,30 @@ class WorkerProcess:
         self._log = open(self.logdir / f"{self.uid}.log", "ab")  # noqa: SIM115 (kept open for the process)
         self._log.write(f"\n==== start {self.starts} at {time.strftime('%H:%M:%S')} ====\n".encode())
         self._log.flush()
-        argv = [sys.executable, str(ROOT / "manage.py"), "runworker", "--uid", self.uid,
-                "--concurrency", str(self.concurrency), "--categories", f"cpu={self.concurrency}",
-                "--vram-mb", "0", "--workspace", str(self.workspace)]
-        self.popen = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        argv = [
+            sys.executable,
+            str(ROOT / "manage.py"),
+            "runworker",
+            "--uid",
+            self.uid,
+            "--concurrency",
+            str(self.concurrency),
+            "--categories",
+            f"cpu={self.concurrency}",
+            "--vram-mb",
+            "0",
+            "--workspace",
+            str(self.workspace),
+        ]
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.stopped = False
         self.expected_down = False
 
@@ -164,13 +188,32 @@ class FaultInjector(threading.Thread):
     """Injects one fault every `interval` seconds on average; at most `max_disabled` workers are
     down or frozen at once, so somebody is always there to recover the rest."""
 
-    KINDS = {"sigkill": 2, "sigkill_in_finish": 1, "sigstop": 2, "sigterm": 1, "pg_terminate_backend": 3,
-             "pg_terminate_listen": 1, "postgres_restart": 1}
+    KINDS = {
+        "sigkill": 2,
+        "sigkill_in_finish": 1,
+        "sigstop": 2,
+        "sigterm": 1,
+        "pg_terminate_backend": 3,
+        "pg_terminate_listen": 1,
+        "postgres_restart": 1,
+    }
 
-    def __init__(self, workers: list[WorkerProcess], *, admin_url: str, dbname: str, interval: float,
-                 lease: float, recovery_interval: float, reassign_after: float, rng: random.Random,
-                 private_pg=None, restart_every: float = 12.0, kinds: dict[str, int] | None = None,
-                 on_event: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        workers: list[WorkerProcess],
+        *,
+        admin_url: str,
+        dbname: str,
+        interval: float,
+        lease: float,
+        recovery_interval: float,
+        reassign_after: float,
+        rng: random.Random,
+        private_pg=None,
+        restart_every: float = 12.0,
+        kinds: dict[str, int] | None = None,
+        on_event: Callable[[str], None] | None = None,
+    ):
         super().__init__(name="soak-faults", daemon=True)
         self.workers = workers
         self.admin_url = admin_url
@@ -304,10 +347,16 @@ class FaultInjector(threading.Thread):
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline and not self.stop_event.is_set():
             try:
-                rows = self._admin_conn().execute(
-                    "SELECT application_name FROM pg_stat_activity WHERE datname = %s "
-                    "AND application_name LIKE 'jetencode-worker%%' AND query LIKE '%%finish_task_v1%%' "
-                    "AND (state = 'active' OR state LIKE 'idle in transaction%%')", [self.dbname]).fetchall()
+                rows = (
+                    self._admin_conn()
+                    .execute(
+                        "SELECT application_name FROM pg_stat_activity WHERE datname = %s "
+                        "AND application_name LIKE 'jetencode-worker%%' AND query LIKE '%%finish_task_v1%%' "
+                        "AND (state = 'active' OR state LIKE 'idle in transaction%%')",
+                        [self.dbname],
+                    )
+                    .fetchall()
+                )
             except psycopg.Error:
                 self._admin = None
                 return
@@ -350,8 +399,9 @@ class FaultInjector(threading.Thread):
 
     def _admin_conn(self) -> psycopg.Connection:
         if self._admin is None or self._admin.closed or self._admin.broken:
-            self._admin = psycopg.connect(self.admin_url, autocommit=True, connect_timeout=5,
-                                          application_name="jetencode-soak-faults")
+            self._admin = psycopg.connect(
+                self.admin_url, autocommit=True, connect_timeout=5, application_name="jetencode-soak-faults"
+            )
         return self._admin
 
     def _terminate(self, listen_only: bool) -> None:
@@ -541,10 +591,11 @@ class StaleWriteProber(_DjangoThread):
         if not self.watch:
             return
         ids = sorted({key[0] for key in self.watch})
-        current = {row[0]: (row[1], str(row[2])) for row in self.fetch(
-            "SELECT id, state, lease_token FROM queue_tasks WHERE id = ANY(%s)", [ids])}
-        stale = [key for key in self.watch
-                 if key[0] not in current or current[key[0]] != ("running", key[1])]
+        current = {
+            row[0]: (row[1], str(row[2]))
+            for row in self.fetch("SELECT id, state, lease_token FROM queue_tasks WHERE id = ANY(%s)", [ids])
+        }
+        stale = [key for key in self.watch if key[0] not in current or current[key[0]] != ("running", key[1])]
         for key in stale[:5]:
             lease = self.watch.pop(key)
             self._probe(lease, current.get(key[0], ("missing", None))[0])
@@ -555,8 +606,9 @@ class StaleWriteProber(_DjangoThread):
         try:
             if operation == "heartbeat":
                 try:
-                    answer = repository.heartbeat_tasks(lease.worker_uid, lease.session_id, [lease],
-                                                        self.lease_seconds)[0]
+                    answer = repository.heartbeat_tasks(
+                        lease.worker_uid, lease.session_id, [lease], self.lease_seconds
+                    )[0]
                     ok, outcome = answer.accepted, answer.reason
                 except repository.SessionSuperseded:
                     ok, outcome = False, "session superseded"
@@ -564,8 +616,9 @@ class StaleWriteProber(_DjangoThread):
                 answer = repository.report_progress(lease, 50.0, lines=["stale-write probe"])
                 ok, outcome = answer.accepted, answer.reason
             elif operation == "finish":
-                result = repository.finish(lease, {"probe": True},
-                                           children=[repository.Child("noop", {"seconds": 0, "probe": True})])
+                result = repository.finish(
+                    lease, {"probe": True}, children=[repository.Child("noop", {"seconds": 0, "probe": True})]
+                )
                 if result.reason == "already recorded":
                     self.replayed += 1
                     return
@@ -579,6 +632,8 @@ class StaleWriteProber(_DjangoThread):
         except repository.SessionSuperseded:
             ok, outcome = False, "session superseded"
         if ok:
-            self.accepted.append((lease.task_id, str(lease.lease_token), operation, f"accepted ({outcome}) while {state}"))
+            self.accepted.append(
+                (lease.task_id, str(lease.lease_token), operation, f"accepted ({outcome}) while {state}")
+            )
         else:
             self.rejected[operation] += 1

@@ -140,44 +140,78 @@ class SoakReport:
             f"retry delays x{c['retry_delay_scale']:g}",
         ]
         status = ", ".join(f"{n} {s}" for s, n in sorted(self.job_status.items(), key=lambda kv: -kv[1]))
-        lines.append(f"  jobs          {self.jobs_enqueued} enqueued: {status}"
-                     + ("" if self.drained else "  ** NOT DRAINED **"))
+        lines.append(
+            f"  jobs          {self.jobs_enqueued} enqueued: {status}"
+            + ("" if self.drained else "  ** NOT DRAINED **")
+        )
         states = ", ".join(f"{n} {s}" for s, n in sorted(self.task_states.items(), key=lambda kv: -kv[1]))
-        lines.append(f"  stages        {self.tasks} tasks ({states}); {self.children} children; "
-                     f"{self.attempts} attempts; {self.reexecuted_jobs} jobs re-executed after losing their worker")
+        lines.append(
+            f"  stages        {self.tasks} tasks ({states}); {self.children} children; "
+            f"{self.attempts} attempts; {self.reexecuted_jobs} jobs re-executed after losing their worker"
+        )
         accepted = {op: v.get("accepted", 0) for op, v in self.audit.items()}
-        lines.append("  fenced writes accepted: " + ", ".join(f"{op} {n}" for op, n in sorted(accepted.items()) if n))
+        lines.append(
+            "  fenced writes accepted: " + ", ".join(f"{op} {n}" for op, n in sorted(accepted.items()) if n)
+        )
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
         lines.append(f"  faults        {faults}")
         if self.fault_details:
-            lines.append("                (" + ", ".join(f"{k} {v}" for k, v in sorted(self.fault_details.items())) + ")")
+            lines.append(
+                "                ("
+                + ", ".join(f"{k} {v}" for k, v in sorted(self.fault_details.items()))
+                + ")"
+            )
         if self.postgres_restart_seconds:
-            lines.append("                PostgreSQL down for " + ", ".join(f"{s:.2f}s" for s in self.postgres_restart_seconds))
-        lines.append(f"  workers       {self.worker_starts} process starts, {self.unexpected_worker_exits} unexpected exits")
+            lines.append(
+                "                PostgreSQL down for "
+                + ", ".join(f"{s:.2f}s" for s in self.postgres_restart_seconds)
+            )
+        lines.append(
+            f"  workers       {self.worker_starts} process starts, {self.unexpected_worker_exits} unexpected exits"
+        )
         ops = []
         for action, outcomes in sorted(self.operators.items()):
-            ops.append(f"{action} {sum(outcomes.values())} ("
-                       + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) + ")")
+            ops.append(
+                f"{action} {sum(outcomes.values())} ("
+                + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+                + ")"
+            )
         lines.append("  operators     " + ("; ".join(ops) or "none"))
         if self.operator_failures:
             lines.append(f"  operator database errors: {self.operator_failures}")
         rejected = {op: v.get("rejected", 0) for op, v in self.audit.items()}
-        lines.append(f"  stale writes rejected: {self.stale_writes_rejected} ("
-                     + ", ".join(f"{op} {n}" for op, n in sorted(rejected.items()) if n) + ")")
+        lines.append(
+            f"  stale writes rejected: {self.stale_writes_rejected} ("
+            + ", ".join(f"{op} {n}" for op, n in sorted(rejected.items()) if n)
+            + ")"
+        )
         if self.rejection_reasons:
-            lines.append("                by reason: " + ", ".join(
-                f"{r} {n}" for r, n in sorted(self.rejection_reasons.items(), key=lambda kv: -kv[1])))
+            lines.append(
+                "                by reason: "
+                + ", ".join(
+                    f"{r} {n}" for r, n in sorted(self.rejection_reasons.items(), key=lambda kv: -kv[1])
+                )
+            )
         sent = sum(self.probes_sent.values())
-        lines.append(f"  probes        {sent} stale writes sent on purpose: {self.probes_rejected} rejected, "
-                     f"{self.probes_replayed} answered as idempotent replays, {len(self.probes_accepted)} accepted")
+        lines.append(
+            f"  probes        {sent} stale writes sent on purpose: {self.probes_rejected} rejected, "
+            f"{self.probes_replayed} answered as idempotent replays, {len(self.probes_accepted)} accepted"
+        )
         lines.append(f"  monitor       {self.stuck_samples} samples of 'running past lease' with a violation")
         for note in self.harness_notes:
             lines.append(f"  note          {note}")
         passed = sum(1 for r in self.invariants if r["violations"] == 0 and not r.get("skipped"))
         lines.append(f"  invariants    {passed}/{len(self.invariants)} passed")
         for r in self.invariants:
-            lines.append("    " + invariants.InvariantResult(**{k: r[k] for k in (
-                "name", "description", "violations", "examples", "checked", "skipped")}).line())
+            lines.append(
+                "    "
+                + invariants.InvariantResult(
+                    **{
+                        k: r[k]
+                        for k in ("name", "description", "violations", "examples", "checked", "skipped")
+                    }
+                ).line()
+            )
         if self.logs:
             lines.append(f"  worker logs   {self.logs}")
         lines.append("RESULT: " + ("PASS" if self.passed else "FAIL"))
@@ -234,6 +268,7 @@ class RetryDelayScale:
 
     def __exit__(self, *exc):
         if self.original is not None:
+
             def restore():
                 with connection.cursor() as cursor:
                     cursor.execute(self.original)
@@ -261,8 +296,12 @@ class Monitor(threading.Thread):
         while not self.stop_event.is_set():
             try:
                 if conn is None or conn.closed or conn.broken:
-                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5,
-                                           application_name="jetencode-soak-monitor")
+                    conn = psycopg.connect(
+                        self.url,
+                        autocommit=True,
+                        connect_timeout=5,
+                        application_name="jetencode-soak-monitor",
+                    )
                 with conn.cursor() as cursor:
                     rows = invariants.stuck_running(cursor, self.grace)
                     if rows:
@@ -274,10 +313,12 @@ class Monitor(threading.Thread):
                         cursor.execute("SELECT status, count(*) FROM jobs GROUP BY status")
                         counts = dict(cursor.fetchall())
                         done = sum(counts.get(s, 0) for s in TERMINAL)
-                        self.out(f"  t={time.monotonic() - self.started:5.0f}s jobs {done}/{self.jobs_target()} "
-                                 f"terminal; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())
-                                                           if k not in TERMINAL)
-                                 + (f"; {len(rows)} stuck" if rows else ""))
+                        self.out(
+                            f"  t={time.monotonic() - self.started:5.0f}s jobs {done}/{self.jobs_target()} "
+                            f"terminal; "
+                            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k not in TERMINAL)
+                            + (f"; {len(rows)} stuck" if rows else "")
+                        )
             except psycopg.Error:
                 conn = None
             self.stop_event.wait(1.0)
@@ -293,20 +334,22 @@ def _worker_env(config: SoakConfig, database_url: str, workdir: Path) -> dict[st
     env = dict(os.environ)
     for key in ("JETENCODE_TEST_DATABASE_NAME",):
         env.pop(key, None)
-    env.update({
-        "DATABASE_URL": database_url,
-        "JETENCODE_LEASE_SECONDS": str(config.lease),
-        "JETENCODE_HEARTBEAT_SECONDS": str(config.heartbeat),
-        "JETENCODE_RECOVERY_INTERVAL_SECONDS": str(config.recovery_interval),
-        "JETENCODE_POLL_SECONDS": str(config.poll),
-        "JETENCODE_STALE_WORKER_SECONDS": str(config.stale_worker),
-        "JETENCODE_REASSIGN_AFTER_SECONDS": str(config.reassign_after),
-        "JETENCODE_SHUTDOWN_GRACE_SECONDS": str(config.shutdown_grace),
-        "JETENCODE_OUTPUT_ROOT": str(workdir / "outputs"),
-        "JETENCODE_WORKSPACE_ROOT": str(workdir / "workspace"),
-        "JETENCODE_LOG_LEVEL": "INFO",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "JETENCODE_LEASE_SECONDS": str(config.lease),
+            "JETENCODE_HEARTBEAT_SECONDS": str(config.heartbeat),
+            "JETENCODE_RECOVERY_INTERVAL_SECONDS": str(config.recovery_interval),
+            "JETENCODE_POLL_SECONDS": str(config.poll),
+            "JETENCODE_STALE_WORKER_SECONDS": str(config.stale_worker),
+            "JETENCODE_REASSIGN_AFTER_SECONDS": str(config.reassign_after),
+            "JETENCODE_SHUTDOWN_GRACE_SECONDS": str(config.shutdown_grace),
+            "JETENCODE_OUTPUT_ROOT": str(workdir / "outputs"),
+            "JETENCODE_WORKSPACE_ROOT": str(workdir / "workspace"),
+            "JETENCODE_LOG_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -314,31 +357,56 @@ def _new_job(rng: random.Random, config: SoakConfig) -> repository.NewJob:
     fail_weights = [0.5, 0.3, 0.2] + [0.1] * max(0, config.max_fail_attempts - 2)
     params = {
         "seconds": round(rng.uniform(0, config.max_seconds), 2),
-        "fail_attempts": rng.choices(range(config.max_fail_attempts + 1),
-                                     weights=fail_weights[: config.max_fail_attempts + 1])[0],
+        "fail_attempts": rng.choices(
+            range(config.max_fail_attempts + 1), weights=fail_weights[: config.max_fail_attempts + 1]
+        )[0],
         "children": rng.randint(0, config.max_children),
     }
     return repository.NewJob(
-        "noop", params, priority=rng.choice([0, 0, 0, rng.randint(-3, 3)]),
-        max_attempts=rng.randint(*config.max_attempts), timeout_seconds=120,
+        "noop",
+        params,
+        priority=rng.choice([0, 0, 0, rng.randint(-3, 3)]),
+        max_attempts=rng.randint(*config.max_attempts),
+        timeout_seconds=120,
     )
 
 
 # ---- the run ------------------------------------------------------------------------------------
 
 
-def run_soak(config: SoakConfig, *, database_url: str, private_pg=None, database_label: str | None = None,
-             out: Callable[[str], None] = print) -> SoakReport:
+def run_soak(
+    config: SoakConfig,
+    *,
+    database_url: str,
+    private_pg=None,
+    database_label: str | None = None,
+    out: Callable[[str], None] = print,
+) -> SoakReport:
     seed = config.seed if config.seed is not None else random.SystemRandom().randrange(1, 10**9)
     rng = random.Random(seed)
     workdir = Path(config.workdir or tempfile.mkdtemp(prefix="jetencode-soak-"))
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    report = SoakReport(config=asdict(config), seed=seed,
-                        database=database_label or (f"private PostgreSQL on port {private_pg.port} (restarted under load)"
-                                                    if private_pg else "the configured server"))
+    report = SoakReport(
+        config=asdict(config),
+        seed=seed,
+        database=database_label
+        or (
+            f"private PostgreSQL on port {private_pg.port} (restarted under load)"
+            if private_pg
+            else "the configured server"
+        ),
+    )
     env = _worker_env(config, database_url, workdir)
-    workers = [WorkerProcess(f"soak-{i + 1}", concurrency=config.concurrency, env=env, logdir=workdir / "logs",
-                             workspace=workdir / "workspace") for i in range(config.workers)]
+    workers = [
+        WorkerProcess(
+            f"soak-{i + 1}",
+            concurrency=config.concurrency,
+            env=env,
+            logdir=workdir / "logs",
+            workspace=workdir / "workspace",
+        )
+        for i in range(config.workers)
+    ]
     dbname = _fetch("SELECT current_database()")[0][0]
     enqueued: list[Any] = []
     monitor = Monitor(database_url, config.recovery_interval + config.slack, out, lambda: len(enqueued))
@@ -354,14 +422,23 @@ def run_soak(config: SoakConfig, *, database_url: str, private_pg=None, database
             # 2. load
             if config.faults:
                 injector = FaultInjector(
-                    workers, admin_url=database_url, dbname=dbname, interval=config.fault_interval,
-                    lease=config.lease, recovery_interval=config.recovery_interval,
-                    reassign_after=config.reassign_after, rng=random.Random(rng.random()), private_pg=private_pg,
-                    restart_every=config.restart_every, on_event=lambda text: out(f"  fault: {text}"))
+                    workers,
+                    admin_url=database_url,
+                    dbname=dbname,
+                    interval=config.fault_interval,
+                    lease=config.lease,
+                    recovery_interval=config.recovery_interval,
+                    reassign_after=config.reassign_after,
+                    rng=random.Random(rng.random()),
+                    private_pg=private_pg,
+                    restart_every=config.restart_every,
+                    on_event=lambda text: out(f"  fault: {text}"),
+                )
                 injector.start()
             if config.operators:
-                chaos = OperatorChaos(config.operator_interval, random.Random(rng.random()),
-                                      cancel_weight=config.cancel_weight)
+                chaos = OperatorChaos(
+                    config.operator_interval, random.Random(rng.random()), cancel_weight=config.cancel_weight
+                )
                 chaos.start()
             if config.probes:
                 prober = StaleWriteProber(config.probe_interval, random.Random(rng.random()), config.lease)
@@ -376,8 +453,10 @@ def run_soak(config: SoakConfig, *, database_url: str, private_pg=None, database
                 chaos.stop()
                 resumer = OperatorChaos(1.0, rng)
                 resumed = resumer.resume_everything(time.monotonic() + 60)
-                out(f"soak: load over after {report.load_seconds:.0f}s ({len(enqueued)} jobs); "
-                    f"{resumed} paused jobs resumed; draining")
+                out(
+                    f"soak: load over after {report.load_seconds:.0f}s ({len(enqueued)} jobs); "
+                    f"{resumed} paused jobs resumed; draining"
+                )
             drain_started = time.monotonic()
             report.drained = _drain(config.drain_timeout)
             report.drain_seconds = time.monotonic() - drain_started
@@ -402,18 +481,31 @@ def run_soak(config: SoakConfig, *, database_url: str, private_pg=None, database
     report.jobs_enqueued = len(enqueued)
     report.invariants = [dict(asdict(r), passed=r.passed) for r in results]
     if monitor.violating_samples:
-        report.invariants.append(dict(
-            name="nothing_running_past_lease_sampled",
-            description=f"sampled every second during the run: no task ran past lease + "
-                        f"{config.recovery_interval:g}s + {config.slack:g}s",
-            violations=len(monitor.stuck), examples=list(monitor.stuck.values())[:5], checked=None, skipped=None,
-            passed=False))
+        report.invariants.append(
+            dict(
+                name="nothing_running_past_lease_sampled",
+                description=f"sampled every second during the run: no task ran past lease + "
+                f"{config.recovery_interval:g}s + {config.slack:g}s",
+                violations=len(monitor.stuck),
+                examples=list(monitor.stuck.values())[:5],
+                checked=None,
+                skipped=None,
+                passed=False,
+            )
+        )
     else:
-        report.invariants.append(dict(
-            name="nothing_running_past_lease_sampled",
-            description=f"sampled every second during the run: no task ran past lease + "
-                        f"{config.recovery_interval:g}s + {config.slack:g}s",
-            violations=0, examples=[], checked=None, skipped=None, passed=True))
+        report.invariants.append(
+            dict(
+                name="nothing_running_past_lease_sampled",
+                description=f"sampled every second during the run: no task ran past lease + "
+                f"{config.recovery_interval:g}s + {config.slack:g}s",
+                violations=0,
+                examples=[],
+                checked=None,
+                skipped=None,
+                passed=True,
+            )
+        )
     report.stuck_samples = monitor.violating_samples
     report.stuck_tasks = list(monitor.stuck.values())[:20]
     _figures(report)
@@ -445,9 +537,13 @@ def _wait_registered(workers: list[WorkerProcess], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     uids = [w.uid for w in workers]
     while True:
-        rows = _retry(lambda: _fetch(
-            "SELECT count(*) FROM queue_workers WHERE uid = ANY(%s) AND lifecycle = 'active' "
-            "AND last_heartbeat_at > now() - interval '5 seconds'", [uids]))
+        rows = _retry(
+            lambda: _fetch(
+                "SELECT count(*) FROM queue_workers WHERE uid = ANY(%s) AND lifecycle = 'active' "
+                "AND last_heartbeat_at > now() - interval '5 seconds'",
+                [uids],
+            )
+        )
         if rows[0][0] == len(uids):
             return
         dead = [w.uid for w in workers if not w.alive()]
@@ -477,21 +573,34 @@ def _load(config: SoakConfig, rng: random.Random, enqueued: list[Any], started: 
 def _drain(timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = _retry(lambda: _fetch(
-            "SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')"))[0][0]
+        left = _retry(
+            lambda: _fetch(
+                "SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+            )
+        )[0][0]
         if left == 0:
             return True
         time.sleep(0.5)
     return False
 
 
-def _check(config: SoakConfig, enqueued: list[Any], prober: StaleWriteProber | None) -> list[invariants.InvariantResult]:
-    drained = _fetch("SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')")[0][0] == 0
+def _check(
+    config: SoakConfig, enqueued: list[Any], prober: StaleWriteProber | None
+) -> list[invariants.InvariantResult]:
+    drained = (
+        _fetch("SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')")[0][0]
+        == 0
+    )
     with connection.cursor() as cursor:
         return invariants.check_all(
-            cursor, expected_job_ids=enqueued, drained=drained, recovery_interval=config.recovery_interval,
-            slack=config.slack, probe_violations=len(prober.accepted) if prober else 0,
-            probe_examples=prober.accepted if prober else ())
+            cursor,
+            expected_job_ids=enqueued,
+            drained=drained,
+            recovery_interval=config.recovery_interval,
+            slack=config.slack,
+            probe_violations=len(prober.accepted) if prober else 0,
+            probe_examples=prober.accepted if prober else (),
+        )
 
 
 def _figures(report: SoakReport) -> None:
@@ -500,15 +609,24 @@ def _figures(report: SoakReport) -> None:
         report.task_states = dict(_fetch("SELECT state, count(*) FROM queue_tasks GROUP BY state"))
         report.tasks, report.children, report.attempts = _fetch(
             "SELECT count(*), count(*) FILTER (WHERE parent_task_id IS NOT NULL), coalesce(sum(attempt), 0) "
-            "FROM queue_tasks")[0]
+            "FROM queue_tasks"
+        )[0]
         report.reexecuted_jobs = _fetch("SELECT count(*) FROM job_schedule WHERE execution_id > 1")[0][0]
         audit: dict[str, dict[str, int]] = {}
         for operation, accepted, n in _fetch(
-                "SELECT operation, accepted, count(*) FROM queue_fence_audit GROUP BY 1, 2"):
+            "SELECT operation, accepted, count(*) FROM queue_fence_audit GROUP BY 1, 2"
+        ):
             audit.setdefault(operation, {})["accepted" if accepted else "rejected"] = n
         report.audit = audit
-        report.rejection_reasons = dict(Counter(dict(_fetch(
-            "SELECT reason, count(*) FROM queue_fence_audit WHERE NOT accepted GROUP BY reason"))))
+        report.rejection_reasons = dict(
+            Counter(
+                dict(
+                    _fetch(
+                        "SELECT reason, count(*) FROM queue_fence_audit WHERE NOT accepted GROUP BY reason"
+                    )
+                )
+            )
+        )
 
     _retry(figures)
     report.attempts = int(report.attempts)

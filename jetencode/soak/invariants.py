@@ -68,8 +68,15 @@ def _scalar(cursor, query: str, params: Sequence[Any] = ()) -> Any:
     return rows[0][0] if rows else None
 
 
-def _result(cursor, name: str, description: str, query: str, params: Sequence[Any] = (),
-            checked_query: str | None = None, checked_params: Sequence[Any] = ()) -> InvariantResult:
+def _result(
+    cursor,
+    name: str,
+    description: str,
+    query: str,
+    params: Sequence[Any] = (),
+    checked_query: str | None = None,
+    checked_params: Sequence[Any] = (),
+) -> InvariantResult:
     rows = _rows(cursor, query, params)
     checked = _scalar(cursor, checked_query, checked_params) if checked_query else None
     examples = [row if len(row) > 1 else row[0] for row in rows[:EXAMPLES]]
@@ -101,8 +108,14 @@ def jobs_not_lost(cursor, expected_job_ids: Iterable[Any] | None = None) -> Inva
        WHERE NOT EXISTS (SELECT 1 FROM queue_tasks q WHERE q.job_id = j.id AND q.execution_id = s.execution_id
                                                      AND q.placement <> 'cluster')
     """
-    return _result(cursor, "jobs_not_lost", "every enqueued job exists with its schedule and its tasks",
-                   query, [ids or []], "SELECT count(*) FROM jobs")
+    return _result(
+        cursor,
+        "jobs_not_lost",
+        "every enqueued job exists with its schedule and its tasks",
+        query,
+        [ids or []],
+        "SELECT count(*) FROM jobs",
+    )
 
 
 def no_task_lost(cursor) -> InvariantResult:
@@ -116,15 +129,26 @@ def no_task_lost(cursor) -> InvariantResult:
                   AND q.state IN ('pending', 'retry_wait', 'blocked'))
        ORDER BY q.id
     """
-    return _result(cursor, "no_task_lost",
-                   "after the drain every task is completed, failed or cancelled (or held by its failed job)",
-                   query, (), "SELECT count(*) FROM queue_tasks")
+    return _result(
+        cursor,
+        "no_task_lost",
+        "after the drain every task is completed, failed or cancelled (or held by its failed job)",
+        query,
+        (),
+        "SELECT count(*) FROM queue_tasks",
+    )
 
 
 def jobs_terminal(cursor) -> InvariantResult:
     query = "SELECT id, status FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled') ORDER BY id"
-    return _result(cursor, "jobs_terminal", "after the drain every job is completed, failed or cancelled",
-                   query, (), "SELECT count(*) FROM jobs")
+    return _result(
+        cursor,
+        "jobs_terminal",
+        "after the drain every job is completed, failed or cancelled",
+        query,
+        (),
+        "SELECT count(*) FROM jobs",
+    )
 
 
 def job_status_matches_tasks(cursor) -> InvariantResult:
@@ -148,8 +172,14 @@ def job_status_matches_tasks(cursor) -> InvariantResult:
           OR (status IN ('pending', 'retry_wait', 'paused') AND (running > 0 OR waiting = 0))
        ORDER BY id
     """
-    return _result(cursor, "job_status_matches_tasks", "each job's stored status agrees with its current tasks",
-                   query, (), "SELECT count(*) FROM jobs")
+    return _result(
+        cursor,
+        "job_status_matches_tasks",
+        "each job's stored status agrees with its current tasks",
+        query,
+        (),
+        "SELECT count(*) FROM jobs",
+    )
 
 
 # ---- nothing stuck --------------------------------------------------------------------------
@@ -165,9 +195,14 @@ def nothing_running_past_lease(cursor, recovery_interval: float, slack: float) -
          AND greatest(lease_expires_at, pg_postmaster_start_time()) < now() - make_interval(secs => %s)
        ORDER BY lease_expires_at
     """
-    return _result(cursor, "nothing_running_past_lease",
-                   f"no task runs past its lease + recovery interval ({recovery_interval:g}s) + slack ({slack:g}s)",
-                   query, [recovery_interval + slack], "SELECT count(*) FROM queue_tasks WHERE state = 'running'")
+    return _result(
+        cursor,
+        "nothing_running_past_lease",
+        f"no task runs past its lease + recovery interval ({recovery_interval:g}s) + slack ({slack:g}s)",
+        query,
+        [recovery_interval + slack],
+        "SELECT count(*) FROM queue_tasks WHERE state = 'running'",
+    )
 
 
 # ---- attempts ---------------------------------------------------------------------------------
@@ -181,8 +216,14 @@ def attempts_within_limits(cursor) -> InvariantResult:
         FROM queue_fence_audit a JOIN queue_tasks q ON q.id = a.task_id
        WHERE a.accepted AND a.attempt > q.max_attempts
     """
-    return _result(cursor, "attempts_within_limits", "0 <= attempt <= max_attempts, in every task and accepted write",
-                   query, (), "SELECT count(*) FROM queue_tasks")
+    return _result(
+        cursor,
+        "attempts_within_limits",
+        "0 <= attempt <= max_attempts, in every task and accepted write",
+        query,
+        (),
+        "SELECT count(*) FROM queue_tasks",
+    )
 
 
 def one_conclusion_per_attempt(cursor) -> InvariantResult:
@@ -195,10 +236,14 @@ def one_conclusion_per_attempt(cursor) -> InvariantResult:
        GROUP BY task_id, lease_token HAVING count(*) > 1
        ORDER BY task_id
     """
-    return _result(cursor, "one_conclusion_per_attempt",
-                   "each lease token is concluded once (finish, fail, release or recovery), never recovered twice",
-                   query, (),
-                   "SELECT count(DISTINCT (task_id, lease_token)) FROM queue_fence_audit WHERE accepted")
+    return _result(
+        cursor,
+        "one_conclusion_per_attempt",
+        "each lease token is concluded once (finish, fail, release or recovery), never recovered twice",
+        query,
+        (),
+        "SELECT count(DISTINCT (task_id, lease_token)) FROM queue_fence_audit WHERE accepted",
+    )
 
 
 def failures_exhaust_attempts(cursor) -> InvariantResult:
@@ -209,9 +254,14 @@ def failures_exhaust_attempts(cursor) -> InvariantResult:
        WHERE task_type = 'noop' AND state = 'failed' AND attempt < max_attempts
        ORDER BY id
     """
-    return _result(cursor, "failures_exhaust_attempts",
-                   "a noop stage fails for good only on its last attempt", query, (),
-                   "SELECT count(*) FROM queue_tasks WHERE task_type = 'noop' AND state = 'failed'")
+    return _result(
+        cursor,
+        "failures_exhaust_attempts",
+        "a noop stage fails for good only on its last attempt",
+        query,
+        (),
+        "SELECT count(*) FROM queue_tasks WHERE task_type = 'noop' AND state = 'failed'",
+    )
 
 
 # ---- completions --------------------------------------------------------------------------------
@@ -223,8 +273,14 @@ def one_accepted_finish_per_task(cursor) -> InvariantResult:
        WHERE operation = 'finish' AND accepted
        GROUP BY task_id HAVING count(*) > 1 ORDER BY task_id
     """
-    return _result(cursor, "one_accepted_finish_per_task", "at most one accepted finish per task", query, (),
-                   "SELECT count(DISTINCT task_id) FROM queue_fence_audit WHERE operation = 'finish' AND accepted")
+    return _result(
+        cursor,
+        "one_accepted_finish_per_task",
+        "at most one accepted finish per task",
+        query,
+        (),
+        "SELECT count(DISTINCT task_id) FROM queue_fence_audit WHERE operation = 'finish' AND accepted",
+    )
 
 
 def finish_under_current_token(cursor) -> InvariantResult:
@@ -252,9 +308,14 @@ def finish_under_current_token(cursor) -> InvariantResult:
         FROM queue_fence_audit a JOIN queue_tasks q ON q.id = a.task_id
        WHERE a.operation = 'finish' AND a.accepted AND a.lease_token IS DISTINCT FROM q.lease_token
     """
-    return _result(cursor, "finish_under_current_token",
-                   "every completion was accepted once, under the token current at that moment (the final one)",
-                   query, (), "SELECT count(*) FROM queue_tasks WHERE state = 'completed'")
+    return _result(
+        cursor,
+        "finish_under_current_token",
+        "every completion was accepted once, under the token current at that moment (the final one)",
+        query,
+        (),
+        "SELECT count(*) FROM queue_tasks WHERE state = 'completed'",
+    )
 
 
 # ---- children -------------------------------------------------------------------------------------
@@ -291,9 +352,14 @@ def exact_children(cursor) -> InvariantResult:
           OR (requested > 0 AND (lo <> 0 OR hi <> requested - 1))
        ORDER BY id
     """
-    return _result(cursor, "exact_children",
-                   "each completed parent has exactly the children it asked for (count, indexes 0..n-1, no duplicates)",
-                   query, (), "SELECT count(*) FROM queue_tasks WHERE task_type = 'noop' AND state = 'completed'")
+    return _result(
+        cursor,
+        "exact_children",
+        "each completed parent has exactly the children it asked for (count, indexes 0..n-1, no duplicates)",
+        query,
+        (),
+        "SELECT count(*) FROM queue_tasks WHERE task_type = 'noop' AND state = 'completed'",
+    )
 
 
 def children_only_from_completed_parents(cursor) -> InvariantResult:
@@ -313,15 +379,22 @@ def children_only_from_completed_parents(cursor) -> InvariantResult:
          AND NOT EXISTS (SELECT 1 FROM queue_fence_audit a WHERE a.task_id = p.id AND a.operation = 'publish'
                                                             AND a.accepted AND a.lease_token = p.lease_token)
     """
-    return _result(cursor, "children_only_from_completed_parents",
-                   "children come only from a completed parent's accepted publication, once per index",
-                   query, (), "SELECT count(*) FROM queue_tasks WHERE parent_task_id IS NOT NULL")
+    return _result(
+        cursor,
+        "children_only_from_completed_parents",
+        "children come only from a completed parent's accepted publication, once per index",
+        query,
+        (),
+        "SELECT count(*) FROM queue_tasks WHERE parent_task_id IS NOT NULL",
+    )
 
 
 # ---- fencing ----------------------------------------------------------------------------------------
 
 
-def no_stale_write_accepted(cursor, probe_violations: int = 0, probe_examples: Sequence[Any] = ()) -> InvariantResult:
+def no_stale_write_accepted(
+    cursor, probe_violations: int = 0, probe_examples: Sequence[Any] = ()
+) -> InvariantResult:
     """No write took effect under a stale token: no accepted write of a token after that token was
     rejected or after its attempt had ended (its publication is part of its own finish), and no
     publication without the accepted finish of the same token. `probe_violations` adds the stale
@@ -346,14 +419,22 @@ def no_stale_write_accepted(cursor, probe_violations: int = 0, probe_examples: S
                                                            AND f.operation = 'finish' AND f.accepted AND f.id < r.id)
        ORDER BY 1
     """
-    result = _result(cursor, "no_stale_write_accepted",
-                     "no write took effect under a stale token (audit order, and the soak's own stale-write probes)",
-                     query, (), "SELECT count(*) FROM queue_fence_audit WHERE NOT accepted")
+    result = _result(
+        cursor,
+        "no_stale_write_accepted",
+        "no write took effect under a stale token (audit order, and the soak's own stale-write probes)",
+        query,
+        (),
+        "SELECT count(*) FROM queue_fence_audit WHERE NOT accepted",
+    )
     if probe_violations:
-        examples = (list(result.examples) + [_plain(tuple(e)) if isinstance(e, (list, tuple)) else e
-                                             for e in probe_examples])[:EXAMPLES]
-        result = InvariantResult(result.name, result.description, result.violations + probe_violations, examples,
-                                 result.checked)
+        examples = (
+            list(result.examples)
+            + [_plain(tuple(e)) if isinstance(e, (list, tuple)) else e for e in probe_examples]
+        )[:EXAMPLES]
+        result = InvariantResult(
+            result.name, result.description, result.violations + probe_violations, examples, result.checked
+        )
     return result
 
 
@@ -375,17 +456,29 @@ def outputs_published_once(cursor) -> InvariantResult:
        WHERE NOT EXISTS (SELECT 1 FROM queue_fence_audit a WHERE a.task_id = o.task_id AND a.operation = 'publish'
                                                             AND a.accepted)
     """
-    return _result(cursor, "outputs_published_once",
-                   "every output published once, only by its completed task's accepted finish",
-                   query, (), "SELECT count(*) FROM job_outputs")
+    return _result(
+        cursor,
+        "outputs_published_once",
+        "every output published once, only by its completed task's accepted finish",
+        query,
+        (),
+        "SELECT count(*) FROM job_outputs",
+    )
 
 
 # ---- all of them ------------------------------------------------------------------------------------
 
 
-def check_all(cursor, *, expected_job_ids: Iterable[Any] | None = None, drained: bool = True,
-              recovery_interval: float = 5.0, slack: float = 5.0, probe_violations: int = 0,
-              probe_examples: Sequence[Any] = ()) -> list[InvariantResult]:
+def check_all(
+    cursor,
+    *,
+    expected_job_ids: Iterable[Any] | None = None,
+    drained: bool = True,
+    recovery_interval: float = 5.0,
+    slack: float = 5.0,
+    probe_violations: int = 0,
+    probe_examples: Sequence[Any] = (),
+) -> list[InvariantResult]:
     """Run every invariant. `drained=False` (the queue still moves) skips the after-drain ones."""
     results = [jobs_not_lost(cursor, expected_job_ids)]
     if drained:
@@ -411,10 +504,14 @@ def check_all(cursor, *, expected_job_ids: Iterable[Any] | None = None, drained:
 
 def stuck_running(cursor, grace_seconds: float) -> list[tuple]:
     """Running tasks whose lease ran out more than `grace_seconds` ago (sampled during a soak)."""
-    return _rows(cursor, """
+    return _rows(
+        cursor,
+        """
       SELECT id, claimed_by, round(extract(epoch FROM now() - lease_expires_at)::numeric, 1)
         FROM queue_tasks
        WHERE state = 'running'
          AND greatest(lease_expires_at, pg_postmaster_start_time()) < now() - make_interval(secs => %s)
        ORDER BY lease_expires_at LIMIT 20
-    """, [grace_seconds])
+    """,
+        [grace_seconds],
+    )

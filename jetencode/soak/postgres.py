@@ -69,13 +69,17 @@ class PrivatePostgres:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def _cmd(self, name: str, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    def _cmd(
+        self, name: str, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         argv = [str(self.bin / name), *args]
         if self.user:
             argv = ["runuser", "-u", self.user, "--", *argv]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
-            raise RuntimeError(f"{name} failed ({result.returncode}): {result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+            raise RuntimeError(
+                f"{name} failed ({result.returncode}): {result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+            )
         return result
 
     def start(self) -> PrivatePostgres:
@@ -83,24 +87,29 @@ class PrivatePostgres:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self._cmd("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = " ".join([
-            f"-p {self.port}",
-            "-c listen_addresses=127.0.0.1",
-            f"-c unix_socket_directories={self.root}",
-            f"-c max_connections={self.max_connections}",
-            "-c fsync=off",
-            "-c full_page_writes=off",
-            "-c shared_buffers=64MB",
-        ])
-        self._cmd("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-o", options, "-w", "-t", "60", "start")
+        options = " ".join(
+            [
+                f"-p {self.port}",
+                "-c listen_addresses=127.0.0.1",
+                f"-c unix_socket_directories={self.root}",
+                f"-c max_connections={self.max_connections}",
+                "-c fsync=off",
+                "-c full_page_writes=off",
+                "-c shared_buffers=64MB",
+            ]
+        )
+        self._cmd(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-o", options, "-w", "-t", "60", "start"
+        )
         self.wait_ready()
         return self
 
     def restart(self, mode: str = "fast") -> float:
         """Restart the server (`fast`: clean shutdown; `immediate`: crash, then recovery). Returns seconds."""
         started = time.monotonic()
-        self._cmd("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "restart",
-                  "-l", str(self.logfile))
+        self._cmd(
+            "pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "restart", "-l", str(self.logfile)
+        )
         self.wait_ready()
         self.restarts += 1
         return time.monotonic() - started
@@ -141,7 +150,13 @@ class PrivatePostgres:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{quote(dbname)}"
 
     def settings(self, dbname: str) -> dict:
-        return {"HOST": "127.0.0.1", "PORT": str(self.port), "USER": "postgres", "PASSWORD": "", "NAME": dbname}
+        return {
+            "HOST": "127.0.0.1",
+            "PORT": str(self.port),
+            "USER": "postgres",
+            "PASSWORD": "",
+            "NAME": dbname,
+        }
 
 
 def url_for(settings_dict: dict) -> str:

@@ -110,6 +110,10 @@
       credentials: "same-origin",
       headers: { "Accept": "application/json", "X-Requested-With": "fetch" },
     }).then(function (r) {
+      if (r.redirected && /\/accounts\/login\//.test(r.url)) {
+        window.location.reload();  // the session ended: log in again
+        return { ok: false, status: 401, data: { detail: "Your session has ended; log in again." } };
+      }
       return r.json().catch(function () { return { detail: "HTTP " + r.status }; })
         .then(function (data) { return { ok: r.ok, status: r.status, data: data }; });
     });

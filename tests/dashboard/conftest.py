@@ -44,7 +44,7 @@ def _client_for(user) -> Client:
 
 
 @pytest.fixture
-def admin_client_(alice):
+def superuser_client(alice):
     return _client_for(alice)
 
 

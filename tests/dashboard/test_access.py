@@ -86,7 +86,7 @@ def test_a_user_without_a_group_may_see_nothing(nogroup_client, job, worker):
         assert nogroup_client.get(url).status_code == 403, url
 
 
-@pytest.mark.parametrize("who", ["viewer_client", "operator_client", "admin_client_"])
+@pytest.mark.parametrize("who", ["viewer_client", "operator_client", "superuser_client"])
 def test_every_page_renders_for_every_role(request, who, job, worker):
     client = request.getfixturevalue(who)
     for url in all_pages(job, worker):
@@ -157,8 +157,8 @@ def test_the_operator_may_act(operator_client, job):
     assert repository_state(job) == ("paused", True)
 
 
-def test_the_admin_may_act(admin_client_, job):
-    response = admin_client_.post(reverse("dashboard:job_action", args=[job, "cancel"]))
+def test_the_admin_may_act(superuser_client, job):
+    response = superuser_client.post(reverse("dashboard:job_action", args=[job, "cancel"]))
     assert response.status_code == 302
     assert repository_state(job)[0] == "cancelled"
 

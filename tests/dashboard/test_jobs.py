@@ -131,7 +131,7 @@ def test_creating_a_noop_job_opens_its_page(operator_client, bob):
     )
     assert response.status_code == 302
     job = Job.objects.select_related("schedule").get()
-    assert response["Location"] == reverse("dashboard:job", args=[job.id]) + "?created=1"
+    assert response["Location"] == reverse("dashboard:job", args=[job.id])
     assert job.params == {"seconds": 1.5, "fail_attempts": 0, "children": 2}
     assert (job.schedule.priority, job.max_attempts, job.created_by) == (7, 3, bob)
 
@@ -153,6 +153,13 @@ def test_a_model_level_error_is_shown_at_the_top(operator_client):
     response = operator_client.post(reverse("dashboard:job_new") + "?type=validate", {"type": "validate", "priority": "0"})
     assert response.status_code == 422
     assert "give exactly one of input" in response.content.decode()
+
+
+def test_an_unknown_type_is_refused_not_replaced(operator_client):
+    response = operator_client.post(reverse("dashboard:job_new"), {"type": "format_disk", "priority": "0"})
+    assert response.status_code == 422
+    assert "unknown job type" in response.content.decode()
+    assert Job.objects.count() == 0
 
 
 def test_json_fields_must_be_json(operator_client):

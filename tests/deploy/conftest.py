@@ -54,9 +54,21 @@ def start_worker(tmp_path, request):
         log_path = tmp_path / f"{uid}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
-                [sys.executable, str(BASE_DIR / "manage.py"), "runworker", "--uid", uid,
-                 "--workspace", str(root / "workspace"), *args],
-                cwd=BASE_DIR, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    str(BASE_DIR / "manage.py"),
+                    "runworker",
+                    "--uid",
+                    uid,
+                    "--workspace",
+                    str(root / "workspace"),
+                    *args,
+                ],
+                cwd=BASE_DIR,
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         worker = WorkerProcess(uid, popen, log_path)
         workers.append(worker)

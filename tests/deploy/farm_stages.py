@@ -20,9 +20,26 @@ def farm_encode(ctx: StageContext) -> dict:
     marker = str(ctx.job_params["marker"])
     partial = ctx.workspace / f"{OUTPUT_NAME}.partial"
     argv = [
-        ffmpeg_path(), "-nostdin", "-hide_banner", "-loglevel", "error", "-y",
-        "-re", "-f", "lavfi", "-i", f"testsrc2=size=64x36:rate=10:duration={seconds:g}",
-        "-metadata", f"comment={marker}", "-c:v", "mpeg4", "-f", "mp4", "-progress", "pipe:1", str(partial),
+        ffmpeg_path(),
+        "-nostdin",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-re",
+        "-f",
+        "lavfi",
+        "-i",
+        f"testsrc2=size=64x36:rate=10:duration={seconds:g}",
+        "-metadata",
+        f"comment={marker}",
+        "-c:v",
+        "mpeg4",
+        "-f",
+        "mp4",
+        "-progress",
+        "pipe:1",
+        str(partial),
     ]
 
     def on_line(line: str) -> None:

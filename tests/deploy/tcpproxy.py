@@ -123,8 +123,9 @@ class TcpProxy:
         self.port = listener.getsockname()[1]
         stop = threading.Event()
         self._listener, self._stop = listener, stop
-        threading.Thread(target=self._accept_loop, args=(listener, stop), name=f"tcpproxy-{self.port}",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._accept_loop, args=(listener, stop), name=f"tcpproxy-{self.port}", daemon=True
+        ).start()
 
     def _stop_listening(self) -> None:
         if self._stop is not None:

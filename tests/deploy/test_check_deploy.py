@@ -22,31 +22,42 @@ pytestmark = pytest.mark.timeout(120)
 def production_env(tmp_path):
     """The environment of a production web process behind TLS."""
     # Nothing of the test run leaks in (tests/conftest.py sets DJANGO_ALLOW_ASYNC_UNSAFE for Playwright).
-    env = {
-        key: value for key, value in os.environ.items()
-        if not key.startswith(("JETENCODE_", "DJANGO_"))
-    }
-    env.update({
-        "DATABASE_URL": os.environ.get("DATABASE_URL") or "postgresql://jetencode@127.0.0.1:1/jetencode",
-        "JETENCODE_HTTPS": "true",
-        "JETENCODE_DEBUG": "false",
-        "JETENCODE_SECRET_KEY": secrets.token_urlsafe(50),
-        "JETENCODE_ALLOWED_HOSTS": "jetencode.example.com",
-        "JETENCODE_CSRF_TRUSTED_ORIGINS": "https://jetencode.example.com",
-        "JETENCODE_BEHIND_PROXY": "true",
-        "JETENCODE_VAR_DIR": str(tmp_path / "var"),
-    })
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("JETENCODE_", "DJANGO_"))}
+    env.update(
+        {
+            "DATABASE_URL": os.environ.get("DATABASE_URL") or "postgresql://jetencode@127.0.0.1:1/jetencode",
+            "JETENCODE_HTTPS": "true",
+            "JETENCODE_DEBUG": "false",
+            "JETENCODE_SECRET_KEY": secrets.token_urlsafe(50),
+            "JETENCODE_ALLOWED_HOSTS": "jetencode.example.com",
+            "JETENCODE_CSRF_TRUSTED_ORIGINS": "https://jetencode.example.com",
+            "JETENCODE_BEHIND_PROXY": "true",
+            "JETENCODE_VAR_DIR": str(tmp_path / "var"),
+        }
+    )
     return env
 
 
 def manage(env, *args):
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, capture_output=True,
-                          text=True, timeout=90)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def python(env, code):
-    return subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, env={**env, "DJANGO_SETTINGS_MODULE": "jetencode.settings"},
-                          capture_output=True, text=True, timeout=90)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=BASE_DIR,
+        env={**env, "DJANGO_SETTINGS_MODULE": "jetencode.settings"},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def test_production_settings_pass_check_deploy(production_env):
@@ -57,7 +68,9 @@ def test_production_settings_pass_check_deploy(production_env):
 
 def test_check_deploy_catches_plain_http(production_env):
     """The control for the test above: without JETENCODE_HTTPS the same check fails."""
-    result = manage({**production_env, "JETENCODE_HTTPS": "false"}, "check", "--deploy", "--fail-level", "WARNING")
+    result = manage(
+        {**production_env, "JETENCODE_HTTPS": "false"}, "check", "--deploy", "--fail-level", "WARNING"
+    )
     assert result.returncode != 0
     assert "security.W008" in result.stderr and "security.W012" in result.stderr
 
@@ -69,8 +82,11 @@ def test_the_secret_key_can_come_from_a_file(production_env, tmp_path):
     env = {k: v for k, v in production_env.items() if k != "JETENCODE_SECRET_KEY"}
     env["JETENCODE_SECRET_KEY_FILE"] = str(path)
 
-    shown = python(env, "import hashlib, django; django.setup(); from django.conf import settings; "
-                        "print(hashlib.sha256(settings.SECRET_KEY.encode()).hexdigest())")
+    shown = python(
+        env,
+        "import hashlib, django; django.setup(); from django.conf import settings; "
+        "print(hashlib.sha256(settings.SECRET_KEY.encode()).hexdigest())",
+    )
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == hashlib.sha256(key.encode()).hexdigest()
     assert not (tmp_path / "var" / "secret_key").exists()  # the development fallback stayed unused
@@ -109,8 +125,12 @@ def test_json_logs_carry_job_task_and_worker_ids(production_env):
     assert started["message"] == "task 7 started" and started["level"] == "INFO"
     assert started["logger"] == "jetencode.worker" and started["ts"].endswith("+00:00")
     assert {k: started[k] for k in ("job_id", "task_id", "worker_uid", "session_id", "slot")} == {
-        "job_id": "3f1c9a52-5d1e-4a53-9f2b-3f0a1c2b4d5e", "task_id": "7", "worker_uid": "gpu-01",
-        "session_id": "0d6a8c1e-1111-4222-8333-944455556666", "slot": "media-1"}
+        "job_id": "3f1c9a52-5d1e-4a53-9f2b-3f0a1c2b4d5e",
+        "task_id": "7",
+        "worker_uid": "gpu-01",
+        "session_id": "0d6a8c1e-1111-4222-8333-944455556666",
+        "slot": "media-1",
+    }
     assert failed["level"] == "ERROR" and failed["task_id"] == "7" and "job_id" not in failed
     assert "ValueError: ffmpeg exited 1" in failed["exc"]
 

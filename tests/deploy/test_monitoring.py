@@ -24,11 +24,20 @@ SERIES = re.compile(r"\bjetencode_[a-z_]+")
 
 # The contract with the API (jetencode/metrics.py): the names the rules and panels are written against.
 CONTRACT = {
-    "jetencode_queue_tasks", "jetencode_jobs", "jetencode_running_tasks", "jetencode_vram_used_mb",
-    "jetencode_vram_total_mb", "jetencode_workers", "jetencode_stale_writes_rejected_total",
-    "jetencode_recoveries_total", "jetencode_retries_total", "jetencode_oldest_pending_seconds",
-    "jetencode_stuck_running_tasks", "jetencode_recovery_last_run_timestamp_seconds",
-    "jetencode_claim_latency_seconds_bucket", "jetencode_stage_duration_seconds_bucket",
+    "jetencode_queue_tasks",
+    "jetencode_jobs",
+    "jetencode_running_tasks",
+    "jetencode_vram_used_mb",
+    "jetencode_vram_total_mb",
+    "jetencode_workers",
+    "jetencode_stale_writes_rejected_total",
+    "jetencode_recoveries_total",
+    "jetencode_retries_total",
+    "jetencode_oldest_pending_seconds",
+    "jetencode_stuck_running_tasks",
+    "jetencode_recovery_last_run_timestamp_seconds",
+    "jetencode_claim_latency_seconds_bucket",
+    "jetencode_stage_duration_seconds_bucket",
 }
 
 
@@ -51,25 +60,37 @@ def exposed(make_worker_row, enqueue) -> set[str]:
     assert repository.finish(repository.Lease.of(task, uid, session)).outcome == "completed"
     response = Client().get("/metrics")
     assert response.status_code == 200
-    return {sample.name for family in text_string_to_metric_families(response.content.decode())
-            for sample in family.samples}
+    return {
+        sample.name
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
 
 
 @pytest.mark.django_db
 def test_every_series_the_rules_and_panels_use_is_exposed(exposed):
     assert CONTRACT <= exposed, f"missing from /metrics: {sorted(CONTRACT - exposed)}"
-    used = {name for text in [r["expr"] for r in alert_rules()] + dashboard_queries() for name in SERIES.findall(text)}
+    used = {
+        name
+        for text in [r["expr"] for r in alert_rules()] + dashboard_queries()
+        for name in SERIES.findall(text)
+    }
     assert used <= exposed, f"used but not exposed: {sorted(used - exposed)}"
     # Every series of the contract is watched somewhere.
     assert {name.removesuffix("_bucket") for name in CONTRACT} <= {
-        name.removesuffix("_bucket").removesuffix("_count") for name in used}
+        name.removesuffix("_bucket").removesuffix("_count") for name in used
+    }
 
 
 def test_alerts_cover_the_symptoms_operators_meet():
     rules = {rule["alert"]: rule for rule in alert_rules()}
     assert set(rules) == {
-        "JetEncodeBacklogGrowing", "JetEncodeStagesStuckPastLease", "JetEncodeNoActiveWorkers",
-        "JetEncodeStaleWritesRejected", "JetEncodeVramSaturated", "JetEncodeRecoveryLoopNotRunning",
+        "JetEncodeBacklogGrowing",
+        "JetEncodeStagesStuckPastLease",
+        "JetEncodeNoActiveWorkers",
+        "JetEncodeStaleWritesRejected",
+        "JetEncodeVramSaturated",
+        "JetEncodeRecoveryLoopNotRunning",
         "JetEncodeMetricsDown",
     }
     for name, rule in rules.items():
@@ -101,7 +122,9 @@ def test_the_dashboard_is_well_formed():
 
 
 promtool = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(promtool is None, reason="promtool not installed (apt-get install prometheus)")
+needs_promtool = pytest.mark.skipif(
+    promtool is None, reason="promtool not installed (apt-get install prometheus)"
+)
 
 
 def run_promtool(*args, cwd=PROMETHEUS):
@@ -118,7 +141,16 @@ def test_promtool_checks_and_unit_tests_the_rules():
 
 @needs_promtool
 def test_promtool_parses_every_dashboard_query(tmp_path):
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"jetencode:dashboard_query_{i}", "expr": expr} for i, expr in enumerate(dashboard_queries())]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"jetencode:dashboard_query_{i}", "expr": expr}
+                    for i, expr in enumerate(dashboard_queries())
+                ],
+            }
+        ]
+    }
     (tmp_path / "queries.yml").write_text(yaml.safe_dump(rules))
     assert "SUCCESS" in run_promtool("check", "rules", "queries.yml", cwd=tmp_path)

@@ -62,9 +62,13 @@ def db_now():
 
 
 def fresh_active(uid: str) -> bool:
-    return bool(rows(
-        "SELECT 1 FROM queue_workers WHERE uid = %s AND lifecycle = 'active' "
-        "AND last_heartbeat_at > now() - make_interval(secs => %s)", [uid, STALE]))
+    return bool(
+        rows(
+            "SELECT 1 FROM queue_workers WHERE uid = %s AND lifecycle = 'active' "
+            "AND last_heartbeat_at > now() - make_interval(secs => %s)",
+            [uid, STALE],
+        )
+    )
 
 
 def ffmpeg_of(worker, marker: str) -> list[psutil.Process]:
@@ -95,18 +99,36 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
     # Every connection says whose it is in pg_stat_activity: worker uid and thread.
     roles = ("main", "heartbeat", "maintenance", "listen", "media-1", "background")
     expected = {f"jetencode-worker {uid} {role}" for uid in workers for role in roles}
-    wait_for(lambda: expected <= {name for (name,) in rows(
-        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()")}, 15,
-        message=f"connections named {sorted(expected)}")
+    wait_for(
+        lambda: (
+            expected
+            <= {
+                name
+                for (name,) in rows(
+                    "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+                )
+            }
+        ),
+        15,
+        message=f"connections named {sorted(expected)}",
+    )
 
     marker = f"farm-{uuid.uuid4().hex}"
     job_id = repository.enqueue_job(
         repository.NewJob("farm_encode", {"seconds": ENCODE_SECONDS, "marker": marker}, max_attempts=3),
         stale_seconds=STALE,
     )
-    task_id, lost_uid, token = wait_for(lambda: (rows(
-        "SELECT id, claimed_by, lease_token FROM queue_tasks "
-        "WHERE job_id = %s AND state = 'running'", [job_id]) or [None])[0], 30, message="the stage claimed")
+    task_id, lost_uid, token = wait_for(
+        lambda: (
+            rows(
+                "SELECT id, claimed_by, lease_token FROM queue_tasks WHERE job_id = %s AND state = 'running'",
+                [job_id],
+            )
+            or [None]
+        )[0],
+        30,
+        message="the stage claimed",
+    )
     lost, survivor = workers[lost_uid], next(w for uid, w in workers.items() if uid != lost_uid)
     wait_for(lambda: ffmpeg_of(lost, marker), 10, message=f"FFmpeg running on {lost_uid}")
     time.sleep(1.5)
@@ -121,15 +143,23 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
 
     # It stops its own FFmpeg before its lease can expire in the database and be given away.
     wait_for(lambda: not ffmpeg_of(lost, marker), LEASE + 2, message=f"{lost_uid} to kill its FFmpeg")
-    wait_for(lambda: rows("SELECT 1 FROM queue_tasks WHERE id = %s AND state <> 'running'", [task_id]), 20,
-             message="the recovery loop to take the expired lease")
+    wait_for(
+        lambda: rows("SELECT 1 FROM queue_tasks WHERE id = %s AND state <> 'running'", [task_id]),
+        20,
+        message="the recovery loop to take the expired lease",
+    )
     assert not ffmpeg_of(lost, marker)
 
     # The job's worker is lost: the survivor's recovery loop starts a new execution and claims it.
-    wait_for(lambda: rows(
-        "SELECT 1 FROM queue_tasks WHERE job_id = %s AND execution_id > 1 AND task_type = 'farm_encode' "
-        "AND state = 'running' AND claimed_by = %s", [job_id, survivor.uid]), 30,
-        message=f"{survivor.uid} to run the job's new execution")
+    wait_for(
+        lambda: rows(
+            "SELECT 1 FROM queue_tasks WHERE job_id = %s AND execution_id > 1 AND task_type = 'farm_encode' "
+            "AND state = 'running' AND claimed_by = %s",
+            [job_id, survivor.uid],
+        ),
+        30,
+        message=f"{survivor.uid} to run the job's new execution",
+    )
     wait_for(lambda: ffmpeg_of(survivor, marker), 10, message=f"FFmpeg running on {survivor.uid}")
     assert not ffmpeg_of(lost, marker)
     assert time.monotonic() - cut_at > LEASE  # cut off for longer than its lease
@@ -141,18 +171,28 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
 
     # The worker that came back takes new work (its slot is free: the old handler has stopped).
     probe = repository.enqueue_job(
-        repository.NewJob("noop", {"seconds": 0}, required_worker_uid=lost_uid), stale_seconds=STALE)
-    wait_for(lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status = 'completed'", [probe]), 30,
-             message=f"{lost_uid} to run a job after the partition")
+        repository.NewJob("noop", {"seconds": 0}, required_worker_uid=lost_uid), stale_seconds=STALE
+    )
+    wait_for(
+        lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status = 'completed'", [probe]),
+        30,
+        message=f"{lost_uid} to run a job after the partition",
+    )
 
-    wait_for(lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status IN ('completed', 'failed')", [job_id]),
-             ENCODE_SECONDS + 40, message="the job to finish on the survivor")
+    wait_for(
+        lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status IN ('completed', 'failed')", [job_id]),
+        ENCODE_SECONDS + 40,
+        message="the job to finish on the survivor",
+    )
     assert rows("SELECT status FROM jobs WHERE id = %s", [job_id]) == [("completed",)]
     assert lost.alive() and survivor.alive()
 
     # --- exactly one accepted finish, nothing published twice ---------------------------------
-    tasks = rows("SELECT id, execution_id, task_type, state, parent_task_id FROM queue_tasks "
-                 "WHERE job_id = %s AND placement <> 'cluster' ORDER BY id", [job_id])
+    tasks = rows(
+        "SELECT id, execution_id, task_type, state, parent_task_id FROM queue_tasks "
+        "WHERE job_id = %s AND placement <> 'cluster' ORDER BY id",
+        [job_id],
+    )
     assert [t[3] for t in tasks if t[0] == task_id] == ["cancelled"]  # superseded by a new execution
     encodes = [t for t in tasks if t[2] == "farm_encode" and t[3] == "completed"]
     assert len(encodes) == 1 and encodes[0][1] > 1, tasks
@@ -160,19 +200,26 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
     children = [t for t in tasks if t[4] is not None]
     assert [(t[2], t[3], t[4]) for t in children] == [("noop", "completed", done)], tasks
 
-    finishes = rows("SELECT task_id FROM queue_fence_audit "
-                    "WHERE job_id = %s AND operation = 'finish' AND accepted", [job_id])
+    finishes = rows(
+        "SELECT task_id FROM queue_fence_audit WHERE job_id = %s AND operation = 'finish' AND accepted",
+        [job_id],
+    )
     assert sorted(finishes) == sorted([(done,), (children[0][0],)])
     assert rows("SELECT name, task_id FROM job_outputs WHERE job_id = %s", [job_id]) == [("farm.mp4", done)]
     output_dir = tmp_path / "outputs" / str(job_id)
     assert sorted(p.name for p in output_dir.iterdir()) == ["farm.mp4"]  # no stray temporary copy
 
     # --- the cut-off worker's late writes under the old lease were all rejected ----------------
-    stale = rows("SELECT operation, accepted, reason, at FROM queue_fence_audit "
-                 "WHERE task_id = %s AND lease_token = %s AND operation <> 'recover' ORDER BY id", [task_id, token])
+    stale = rows(
+        "SELECT operation, accepted, reason, at FROM queue_fence_audit "
+        "WHERE task_id = %s AND lease_token = %s AND operation <> 'recover' ORDER BY id",
+        [task_id, token],
+    )
     assert not [s for s in stale if s[1]], f"a stale write was accepted: {stale}"
-    assert rows("SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover' AND accepted",
-                [task_id]) == [(1,)]
+    assert rows(
+        "SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover' AND accepted",
+        [task_id],
+    ) == [(1,)]
     if failure == "stall":
         # Statements held by the silent link arrived late and were refused.
         late = [s for s in stale if s[3] >= restored_at]
@@ -183,5 +230,6 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
     # The worker logged it as JSON lines carrying the job, task and worker ids.
     records = [json.loads(line) for line in lost.output().splitlines() if line.startswith("{")]
     about_task = [r for r in records if r.get("task_id") == str(task_id)]
-    assert about_task and all(r.get("job_id") == str(job_id) and r.get("worker_uid") == lost_uid
-                              for r in about_task)
+    assert about_task and all(
+        r.get("job_id") == str(job_id) and r.get("worker_uid") == lost_uid for r in about_task
+    )

@@ -29,15 +29,23 @@ def free_port() -> int:
 
 def application_names() -> set[str]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
         return {row[0] for row in cursor.fetchall()}
 
 
 def app_env(database_url, tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JETENCODE_", "DJANGO_"))}
-    env.update({"DATABASE_URL": database_url, "JETENCODE_VAR_DIR": str(tmp_path / "var"),
-                "JETENCODE_SIMPLE_STATIC": "true", **extra})
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "JETENCODE_VAR_DIR": str(tmp_path / "var"),
+            "JETENCODE_SIMPLE_STATIC": "true",
+            **extra,
+        }
+    )
     return env
 
 
@@ -46,11 +54,25 @@ def test_gunicorn_serves_health_and_metrics_as_jetencode_web_with_json_logs(data
     log_path = tmp_path / "gunicorn.log"
     with log_path.open("wb") as log:
         gunicorn = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "deploy" / "gunicorn.conf.py"),
-             "--bind", f"127.0.0.1:{port}", "--workers", "1", "jetencode.wsgi:application"],
-            cwd=BASE_DIR, env=app_env(database_url, tmp_path, JETENCODE_LOG_JSON="true"), stdout=log, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-c",
+                str(BASE_DIR / "deploy" / "gunicorn.conf.py"),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "1",
+                "jetencode.wsgi:application",
+            ],
+            cwd=BASE_DIR,
+            env=app_env(database_url, tmp_path, JETENCODE_LOG_JSON="true"),
+            stdout=log,
+            stderr=log,
         )
     try:
+
         def get(path):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
@@ -74,19 +96,33 @@ def test_gunicorn_serves_health_and_metrics_as_jetencode_web_with_json_logs(data
 
 
 def test_a_management_command_names_its_connection_after_itself(database_url, tmp_path):
-    code = ("from django.db import connection\n"
-            "with connection.cursor() as c:\n"
-            "    c.execute('SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()')\n"
-            "    print(c.fetchone()[0])")
+    code = (
+        "from django.db import connection\n"
+        "with connection.cursor() as c:\n"
+        "    c.execute('SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()')\n"
+        "    print(c.fetchone()[0])"
+    )
     env = app_env(database_url, tmp_path)
-    result = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=BASE_DIR, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "jetencode-shell"
 
     env["JETENCODE_APPLICATION_NAME"] = "jetencode-migrate-release-42"
-    result = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=BASE_DIR, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.stdout.strip().splitlines()[-1] == "jetencode-migrate-release-42"
 
 
@@ -104,6 +140,8 @@ def test_health_and_metrics_answer_plain_http_behind_tls():
 def test_gunicorn_config_keeps_an_operator_chosen_application_name(monkeypatch):
     monkeypatch.setenv("JETENCODE_APPLICATION_NAME", "jetencode-web-eu1")
     namespace: dict = {}
-    exec(compile((BASE_DIR / "deploy" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"), namespace)
+    exec(
+        compile((BASE_DIR / "deploy" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"), namespace
+    )
     assert os.environ["JETENCODE_APPLICATION_NAME"] == "jetencode-web-eu1"
     assert namespace["worker_class"] == "gthread"

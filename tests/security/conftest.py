@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from securityhelpers import Caller
+from securityhelpers import Caller, World
 
 
 @pytest.fixture(autouse=True)
@@ -61,3 +61,8 @@ def hostile_media(settings, tmp_path) -> Path:
     settings.OUTPUT_ROOT_DIR = tmp_path / "outputs"
     settings.WORKSPACE_ROOT_DIR = tmp_path / "workspace"
     return root
+
+
+@pytest.fixture
+def world(make_worker_row, hostile_media):
+    return World(make_worker_row, hostile_media)

@@ -40,7 +40,10 @@ def _assert_refused(response, *, status=None, field=None):
         assert body["errors"] and all(e["field"] and e["message"] for e in body["errors"]), body
     if field is not None:
         fields = [e["field"] for e in body.get("errors", [])]
-        assert any(f == field or f.startswith(field + ".") or f.startswith(field + "[") for f in fields), (field, body)
+        assert any(f == field or f.startswith(field + ".") or f.startswith(field + "[") for f in fields), (
+            field,
+            body,
+        )
         assert field.split(".")[-1] in body["detail"] or field in body["detail"], body["detail"]
     return body
 
@@ -90,7 +93,10 @@ def test_wrong_content_types_change_nothing(operator_api):
     for content_type, raw in [
         ("text/plain", b'{"type": "noop"}'),
         ("application/x-www-form-urlencoded", b"type=noop"),
-        ("multipart/form-data; boundary=xx", b"--xx\r\nContent-Disposition: form-data; name=type\r\n\r\nnoop\r\n--xx--"),
+        (
+            "multipart/form-data; boundary=xx",
+            b"--xx\r\nContent-Disposition: form-data; name=type\r\n\r\nnoop\r\n--xx--",
+        ),
         ("application/octet-stream", bytes(range(256))),
     ]:
         response = operator_api.request("post", "/v2/jobs", raw=raw, content_type=content_type)
@@ -142,12 +148,25 @@ def test_huge_or_binary_values_are_422_naming_the_field(operator_api, body, fiel
     assert counts() == before
 
 
-@pytest.mark.parametrize("query", [
-    "/v2/jobs?page=0", "/v2/jobs?page=" + "9" * 40, "/v2/jobs?limit=501", "/v2/jobs?limit=-1",
-    "/v2/jobs?type=" + "x" * 5000, "/v2/jobs?status=%00", "/v2/jobs?worker=a%00b", "/v2/queue?limit=100000",
-    "/v2/jobs/not-a-uuid", "/v2/jobs/00000000-0000-0000-0000-000000000000%00", "/v2/queue/..%2F..%2Fetc",
-    "/v2/workers/" + "w" * 5000, "/v2/workers/%00", "/v2/jobs/{job}/tasks?log_lines=100000",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "/v2/jobs?page=0",
+        "/v2/jobs?page=" + "9" * 40,
+        "/v2/jobs?limit=501",
+        "/v2/jobs?limit=-1",
+        "/v2/jobs?type=" + "x" * 5000,
+        "/v2/jobs?status=%00",
+        "/v2/jobs?worker=a%00b",
+        "/v2/queue?limit=100000",
+        "/v2/jobs/not-a-uuid",
+        "/v2/jobs/00000000-0000-0000-0000-000000000000%00",
+        "/v2/queue/..%2F..%2Fetc",
+        "/v2/workers/" + "w" * 5000,
+        "/v2/workers/%00",
+        "/v2/jobs/{job}/tasks?log_lines=100000",
+    ],
+)
 def test_bad_query_and_path_parameters_are_4xx(operator_api, job, query):
     response = operator_api.request("get", query.format(job=job))
     _assert_refused(response)
@@ -215,13 +234,18 @@ def _base_params(job_type: str, field: str) -> dict:
 
 def test_every_path_parameter_is_known():
     assert {(t, f) for t, f, _ in PATH_FIELDS} >= {
-        ("transcode", "input"), ("scan", "directory"), ("compile_quad", "inputs"),
-        ("move_to_library", "target_directory"), ("reencode_streaming", "library_directory"),
+        ("transcode", "input"),
+        ("scan", "directory"),
+        ("compile_quad", "inputs"),
+        ("move_to_library", "target_directory"),
+        ("reencode_streaming", "library_directory"),
     }
     assert len(PATH_FIELDS) >= 18
 
 
-@pytest.mark.parametrize(("job_type", "field", "is_list"), PATH_FIELDS, ids=[f"{t}.{f}" for t, f, _ in PATH_FIELDS])
+@pytest.mark.parametrize(
+    ("job_type", "field", "is_list"), PATH_FIELDS, ids=[f"{t}.{f}" for t, f, _ in PATH_FIELDS]
+)
 def test_path_parameters_refuse_traversal_injection_protocols_and_symlink_escapes(
     operator_api, hostile_media, job_type, field, is_list
 ):
@@ -247,7 +271,11 @@ def test_the_dashboard_form_refuses_a_bad_path_and_writes_nothing(caller, hostil
     before = counts()
     response = operator.client.post(
         reverse("dashboard:job_new") + "?type=thumbnail_generate",
-        {"type": "thumbnail_generate", "input": "../outside/secret.mp4", "csrfmiddlewaretoken": operator.csrf_token()},
+        {
+            "type": "thumbnail_generate",
+            "input": "../outside/secret.mp4",
+            "csrfmiddlewaretoken": operator.csrf_token(),
+        },
     )
     assert response.status_code == 422
     assert "input" in response.content.decode()
@@ -297,8 +325,11 @@ def test_the_dashboard_form_refuses_a_private_webhook(caller):
     before = counts()
     response = operator.client.post(
         reverse("dashboard:job_new") + "?type=noop",
-        {"type": "noop", "webhook_url": "http://169.254.169.254/latest/meta-data/",
-         "csrfmiddlewaretoken": operator.csrf_token()},
+        {
+            "type": "noop",
+            "webhook_url": "http://169.254.169.254/latest/meta-data/",
+            "csrfmiddlewaretoken": operator.csrf_token(),
+        },
     )
     assert response.status_code == 422
     assert "webhook" in response.content.decode().lower()

@@ -83,10 +83,20 @@ def test_a_clean_run_passes_every_invariant(finished_family, recovered_then_comp
         results = invariants.check_all(cursor, expected_job_ids=jobs, recovery_interval=0.5, slack=5)
     assert [r.line() for r in results if not r.passed] == []
     assert {r.name for r in results} >= {
-        "jobs_not_lost", "no_task_lost", "jobs_terminal", "job_status_matches_tasks", "nothing_running_past_lease",
-        "attempts_within_limits", "one_conclusion_per_attempt", "failures_exhaust_attempts",
-        "one_accepted_finish_per_task", "finish_under_current_token", "exact_children",
-        "children_only_from_completed_parents", "no_stale_write_accepted", "outputs_published_once",
+        "jobs_not_lost",
+        "no_task_lost",
+        "jobs_terminal",
+        "job_status_matches_tasks",
+        "nothing_running_past_lease",
+        "attempts_within_limits",
+        "one_conclusion_per_attempt",
+        "failures_exhaust_attempts",
+        "one_accepted_finish_per_task",
+        "finish_under_current_token",
+        "exact_children",
+        "children_only_from_completed_parents",
+        "no_stale_write_accepted",
+        "outputs_published_once",
     }
 
 
@@ -287,13 +297,17 @@ def test_a_lease_expired_rejection_alone_does_not_kill_the_token(worker, enqueue
 
 def test_a_publication_without_its_finish(finished_family):
     _, parent, _ = finished_family
-    sql("UPDATE queue_fence_audit SET lease_token = gen_random_uuid() WHERE task_id = %s AND operation = 'publish'",
-        [parent.id])
+    sql(
+        "UPDATE queue_fence_audit SET lease_token = gen_random_uuid() WHERE task_id = %s AND operation = 'publish'",
+        [parent.id],
+    )
     _failed(_check(invariants.no_stale_write_accepted))
 
 
 def test_stale_write_probes_that_were_accepted_fail_the_check(finished_family):
-    result = _check(invariants.no_stale_write_accepted, 1, [(1, "token", "finish", "accepted while completed")])
+    result = _check(
+        invariants.no_stale_write_accepted, 1, [(1, "token", "finish", "accepted while completed")]
+    )
     _failed(result)
 
 

@@ -37,7 +37,9 @@ def lost_worker_job(make_worker_row, enqueue):
     dispatch = claim(worker)
     child = repository.Child("noop", {"seconds": 0, "children": 0})
     assert repository.finish(lease_of(dispatch, worker), children=[child]).outcome == "completed"
-    one("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = 'w-lost' RETURNING 1")
+    one(
+        "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = 'w-lost' RETURNING 1"
+    )
     assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "pending"
     return worker, job
 
@@ -101,11 +103,15 @@ def test_reassignment_does_not_restart_a_job_that_failed_meanwhile(database_url,
     def worker_comes_back_and_fails(conn):
         conn.execute("SELECT worker_heartbeat_v1(%s, %s, NULL)", [uid, session])
         task, token = conn.execute(
-            "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)", [uid, session]).fetchone()
-        outcome = conn.execute("SELECT outcome FROM fail_task_v1(%s, %s, %s, %s, 'broken', false)",
-                               [task, token, uid, session]).fetchone()[0]
+            "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)", [uid, session]
+        ).fetchone()
+        outcome = conn.execute(
+            "SELECT outcome FROM fail_task_v1(%s, %s, %s, %s, 'broken', false)", [task, token, uid, session]
+        ).fetchone()[0]
         assert outcome == "failed"
-        conn.execute("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid])
+        conn.execute(
+            "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid]
+        )
 
     result = _reassign_racing(database_url, worker_comes_back_and_fails)
     assert "error" not in result, result

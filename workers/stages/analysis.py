@@ -124,7 +124,7 @@ def _spawn_cuts(ctx: StageContext, p: dict, ranges: list[tuple[float, float]], c
     clips = clips[: int(p["max_clips"])]
     for index, (start, length) in enumerate(clips, start=1):
         ctx.spawn_child(child("clip_generate.cut", {
-            "input": p["input"], "index": index, "start": start, "duration": length, "encoder": choice.encoder,
+            "input": p["input"], "clip": index, "start": start, "duration": length, "encoder": choice.encoder,
             "preset": p["preset"], "crf": p["crf"], "audio_bitrate_kbps": p["audio_bitrate_kbps"],
         }, resource=choice, duration=length))
     ctx.log(f"{len(clips)} clips: " + ", ".join(f"{s:.2f}+{d:.2f}s" for s, d in clips))
@@ -183,7 +183,7 @@ def clip_generate_detect(ctx: StageContext) -> dict:
 def clip_generate_cut(ctx: StageContext) -> dict:
     p = ctx.payload
     src = ws(ctx, p["input"])
-    index = int(p["index"])
+    index = int(p["clip"])  # not "index": the scheduler sets that key to the child's 0-based ordinal
     final = Path(ctx.workspace) / "clips" / f"clip_{index:03d}.mp4"
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)

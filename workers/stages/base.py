@@ -39,6 +39,9 @@ class PermanentFailure(Exception):
     """The stage cannot succeed by retrying (invalid input, missing file...): fail it for good."""
 
 
+RESERVED_PAYLOAD_KEYS = frozenset({"parent_task_id", "index"})
+
+
 @dataclass(frozen=True)
 class ChildSpec:
     task_type: str
@@ -52,6 +55,13 @@ class ChildSpec:
     # after all renditions). The scheduler enforces it. Handlers spawn at most one such child per
     # parent (two would wait for each other); later steps are spawned by that child itself.
     wait_for_siblings: bool = False
+
+    def __post_init__(self):
+        # The scheduler adds these to every child's payload (docs/scheduler.md, "Finish"), overwriting
+        # a handler's own value of the same name.
+        reserved = RESERVED_PAYLOAD_KEYS & set(self.payload or {})
+        if reserved:
+            raise ValueError(f"child payload keys {sorted(reserved)} are reserved by the scheduler")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,6 @@ class Command(BaseCommand):
             page.wait_for_load_state("networkidle")
             page.wait_for_timeout(500)
             target = out / f"dashboard-{name}.png"
-            page.screenshot(path=str(target), full_page=True)
+            page.screenshot(path=str(target), full_page=not path.startswith("/admin/"))
             self.stdout.write(f"{target}")
         context.close()

@@ -35,20 +35,34 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=4, help="media slots per worker (default 4)")
         parser.add_argument("--jobs", type=int, default=2000, help="noop jobs to enqueue (default 2000)")
         parser.add_argument("--duration", type=float, default=120.0, help="seconds of load (default 120)")
-        parser.add_argument("--drain-timeout", type=float, default=300.0,
-                            help="seconds to wait for every job to end after the load (default 300)")
-        parser.add_argument("--restart-postgres", action="store_true",
-                            help="run on a private PostgreSQL instance and restart it under load")
+        parser.add_argument(
+            "--drain-timeout",
+            type=float,
+            default=300.0,
+            help="seconds to wait for every job to end after the load (default 300)",
+        )
+        parser.add_argument(
+            "--restart-postgres",
+            action="store_true",
+            help="run on a private PostgreSQL instance and restart it under load",
+        )
         parser.add_argument("--seed", type=int, help="random seed (default: random, printed)")
-        parser.add_argument("--fault-interval", type=float, default=1.5,
-                            help="mean seconds between two faults (default 1.5)")
+        parser.add_argument(
+            "--fault-interval", type=float, default=1.5, help="mean seconds between two faults (default 1.5)"
+        )
         parser.add_argument("--no-faults", action="store_true", help="no fault injection (a baseline)")
         parser.add_argument("--no-operators", action="store_true", help="no operator chaos")
-        parser.add_argument("--retry-delay-scale", type=float, default=1.0,
-                            help="scale the retry backoff in the soak database (0.1 = 1.5 s instead of 15 s)")
+        parser.add_argument(
+            "--retry-delay-scale",
+            type=float,
+            default=1.0,
+            help="scale the retry backoff in the soak database (0.1 = 1.5 s instead of 15 s)",
+        )
         parser.add_argument("--max-seconds", type=float, default=1.5, help="longest noop sleep (default 1.5)")
         parser.add_argument("--keep-database", action="store_true", help="do not drop the scratch database")
-        parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs even when all passed")
+        parser.add_argument(
+            "--keep-logs", action="store_true", help="keep the worker logs even when all passed"
+        )
         parser.add_argument("--json", dest="json_path", help="also write the report as JSON to this file")
 
     def handle(self, *args, **options):
@@ -58,15 +72,24 @@ class Command(BaseCommand):
         if options["duration"] <= 0 or options["retry_delay_scale"] <= 0:
             raise CommandError("--duration and --retry-delay-scale must be positive", returncode=2)
         config = SoakConfig(
-            workers=options["workers"], concurrency=options["concurrency"], jobs=options["jobs"],
-            duration=options["duration"], drain_timeout=options["drain_timeout"], seed=options["seed"],
-            fault_interval=options["fault_interval"], faults=not options["no_faults"],
-            operators=not options["no_operators"], retry_delay_scale=options["retry_delay_scale"],
-            max_seconds=options["max_seconds"], keep_logs=options["keep_logs"],
+            workers=options["workers"],
+            concurrency=options["concurrency"],
+            jobs=options["jobs"],
+            duration=options["duration"],
+            drain_timeout=options["drain_timeout"],
+            seed=options["seed"],
+            fault_interval=options["fault_interval"],
+            faults=not options["no_faults"],
+            operators=not options["no_operators"],
+            retry_delay_scale=options["retry_delay_scale"],
+            max_seconds=options["max_seconds"],
+            keep_logs=options["keep_logs"],
         )
         private = None
         if options["restart_postgres"]:
-            private = PrivatePostgres(max_connections=max(100, config.workers * (config.concurrency + 6) * 2 + 20))
+            private = PrivatePostgres(
+                max_connections=max(100, config.workers * (config.concurrency + 6) * 2 + 20)
+            )
             try:
                 private.start()
             except BaseException:
@@ -80,14 +103,22 @@ class Command(BaseCommand):
         try:
             creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
             url = url_for(connection.settings_dict)
-            label = (f"private PostgreSQL 127.0.0.1:{private.port}, database {connection.settings_dict['NAME']} "
-                     f"(restarted under load)" if private else
-                     f"scratch database {connection.settings_dict['NAME']} on "
-                     f"{connection.settings_dict.get('HOST') or 'local socket'}")
+            label = (
+                f"private PostgreSQL 127.0.0.1:{private.port}, database {connection.settings_dict['NAME']} "
+                f"(restarted under load)"
+                if private
+                else f"scratch database {connection.settings_dict['NAME']} on "
+                f"{connection.settings_dict.get('HOST') or 'local socket'}"
+            )
             self.stdout.write(f"soak database: {label}")
             self.stdout.flush()
-            report = run_soak(config, database_url=url, private_pg=private, database_label=label,
-                              out=lambda text: (self.stdout.write(text), self.stdout.flush()))
+            report = run_soak(
+                config,
+                database_url=url,
+                private_pg=private,
+                database_label=label,
+                out=lambda text: (self.stdout.write(text), self.stdout.flush()),
+            )
         finally:
             connection.close()
             if not options["keep_database"]:
