@@ -196,7 +196,11 @@ def test_bearer_callers_are_not_subject_to_csrf(caller, world):
 @pytest.mark.timeout(120)
 def test_check_deploy_is_clean_under_production_settings():
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("JETENCODE_")},
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("JETENCODE_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"  # set by the test conftest
+        },
         "JETENCODE_SECRET_KEY": secrets.token_urlsafe(50),
         "JETENCODE_DEBUG": "false",
         "JETENCODE_HTTPS": "true",
