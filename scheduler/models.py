@@ -24,6 +24,10 @@ class SchedulerState(models.Model):
 
     id = models.SmallIntegerField(primary_key=True, default=1)
     rebalances = models.BigIntegerField(default=0)
+    # Audit rows removed by retention, by kind, so the /metrics counters never go down.
+    purged_rejected = models.BigIntegerField(default=0, db_default=0)
+    purged_recoveries = models.BigIntegerField(default=0, db_default=0)
+    purged_retries = models.BigIntegerField(default=0, db_default=0)
     last_recovery_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -224,6 +228,7 @@ class FenceAudit(models.Model):
         indexes = [
             models.Index(fields=["task_id", "id"], name="fence_audit_task"),
             models.Index(fields=["at"], name="fence_audit_at"),
+            models.Index(fields=["operation", "accepted"], name="fence_audit_operation"),
         ]
 
 

@@ -157,8 +157,12 @@ class Listener(threading.Thread):
                 last_ping = time.monotonic()
 
     def _probe(self, conn: psycopg.Connection) -> bool:
+        # The test notification is sent from a connection of its own: through a pooler in
+        # transaction mode the listener's server connection is not pinned, and a notification sent
+        # on the listening connection itself can come back by luck.
         token = f"probe-{uuid.uuid4().hex}"
-        conn.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+        with psycopg.connect(**connection_params(self.application_name), autocommit=True) as sender:
+            sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
         deadline = time.monotonic() + self.PROBE_SECONDS
         while time.monotonic() < deadline and not self.stop_event.is_set():
             for note in conn.notifies(timeout=max(0.05, deadline - time.monotonic())):

@@ -493,16 +493,28 @@ class _DjangoThread(threading.Thread):
 class OperatorChaos(_DjangoThread):
     """Operators steering the queue at random: every action through `scheduler.repository`."""
 
-    ACTIONS = {"move": 6, "set_priority": 4, "pause": 3, "resume": 3, "cancel": 1}
+    # retry (of a failed job) and redispatch (a new execution) go beyond the issue's list; they
+    # exercise the manual-retry reset and the execution fence under the same load.
+    ACTIONS = {
+        "move": 6,
+        "set_priority": 4,
+        "pause": 3,
+        "resume": 3,
+        "cancel": 1,
+        "retry": 1,
+        "redispatch": 0.5,
+    }
 
     def __init__(self, interval: float, rng: random.Random, *, cancel_weight: float = 1.0):
         super().__init__("soak-operators", interval, rng)
         self.actions = dict(self.ACTIONS, cancel=cancel_weight)
         self.outcomes: dict[str, Counter[str]] = defaultdict(Counter)
 
-    def _job(self, paused: bool) -> str | None:
-        if paused:
+    def _job(self, action: str) -> str | None:
+        if action == "resume":
             rows = self.fetch("SELECT job_id FROM job_schedule WHERE paused ORDER BY random() LIMIT 1")
+        elif action == "retry":
+            rows = self.fetch("SELECT id FROM jobs WHERE status = 'failed' ORDER BY random() LIMIT 1")
         else:
             rows = self.fetch(
                 "SELECT s.job_id FROM job_schedule s JOIN jobs j ON j.id = s.job_id "
@@ -512,7 +524,7 @@ class OperatorChaos(_DjangoThread):
 
     def step(self) -> None:
         action = self.rng.choices(list(self.actions), weights=list(self.actions.values()))[0]
-        job = self._job(paused=action == "resume")
+        job = self._job(action)
         if job is None:
             return
         direction = self.rng.choice(["up", "down", "top", "bottom"])
@@ -529,6 +541,10 @@ class OperatorChaos(_DjangoThread):
                 repository.resume(job)
             elif action == "cancel":
                 repository.cancel(job)
+            elif action == "retry":
+                repository.retry(job)
+            elif action == "redispatch":
+                repository.redispatch(job, "redispatched by the soak's operators")
         except (repository.ActionNotAllowed, repository.JobNotFound, repository.InvalidArgument):
             self.outcomes[action]["refused"] += 1
             return

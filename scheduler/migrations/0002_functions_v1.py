@@ -5,17 +5,9 @@ a *_v2 function in a new SQL file and migration, so workers of the previous rele
 during a rolling deploy.
 """
 
-from pathlib import Path
-
 from django.db import migrations
 
-SQL_FILE = Path(__file__).resolve().parent.parent / "sql" / "functions_v1.sql"
-
-
-def install_functions(apps, schema_editor):
-    # Straight to the cursor without parameters, so '%' in the SQL is not taken for a placeholder.
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute(SQL_FILE.read_text())
+from scheduler.migrations import reinstall_functions_v1 as install_functions
 
 
 def seed_singleton(apps, schema_editor):

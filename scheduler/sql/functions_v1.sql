@@ -1146,7 +1146,17 @@ BEGIN
     UPDATE queue_reservations SET job_id = NULL WHERE job_id = ANY (ids);
     DELETE FROM jobs WHERE id = ANY (ids);
   END IF;
-  DELETE FROM queue_fence_audit WHERE at < now() - make_interval(days => p_days);
+  -- Carry what the metrics count out of the rows about to go, so the counters stay monotonic.
+  WITH gone AS (
+    DELETE FROM queue_fence_audit WHERE at < now() - make_interval(days => p_days)
+    RETURNING accepted, operation, reason)
+  UPDATE queue_scheduler_state SET
+    purged_rejected = purged_rejected + (SELECT count(*) FROM gone WHERE NOT accepted),
+    purged_recoveries = purged_recoveries + (SELECT count(*) FROM gone WHERE accepted AND operation = 'recover'),
+    purged_retries = purged_retries + (SELECT count(*) FROM gone
+      WHERE accepted AND ((operation = 'fail' AND reason = 'retry_wait')
+                          OR (operation = 'recover' AND reason LIKE 'retry\_wait:%')))
+  WHERE id = 1;
   DELETE FROM queue_samples WHERE at < now() - make_interval(days => p_days);
   RETURN cardinality(ids);
 END

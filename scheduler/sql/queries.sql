@@ -159,13 +159,16 @@ ORDER BY x.task_id, x.id;
 
 -- name: metrics_scalars
 -- Everything /metrics reports as a single number, read at scrape time. The *_total values count
--- rows of the append-only fence audit (retention purges old rows: Prometheus sees a counter reset).
+-- rows of the append-only fence audit plus what retention carried out of it (so they never go down).
 SELECT
-  (SELECT count(*) FROM queue_fence_audit WHERE NOT accepted) AS stale_writes_rejected,
-  (SELECT count(*) FROM queue_fence_audit WHERE accepted AND operation = 'recover') AS recoveries,
+  (SELECT count(*) FROM queue_fence_audit WHERE NOT accepted)
+    + (SELECT purged_rejected FROM queue_scheduler_state WHERE id = 1) AS stale_writes_rejected,
+  (SELECT count(*) FROM queue_fence_audit WHERE accepted AND operation = 'recover')
+    + (SELECT purged_recoveries FROM queue_scheduler_state WHERE id = 1) AS recoveries,
   (SELECT count(*) FROM queue_fence_audit
     WHERE accepted AND ((operation = 'fail' AND reason = 'retry_wait')
-                        OR (operation = 'recover' AND reason LIKE 'retry\_wait:%%'))) AS retries,
+                        OR (operation = 'recover' AND reason LIKE 'retry\_wait:%%')))
+    + (SELECT purged_retries FROM queue_scheduler_state WHERE id = 1) AS retries,
   -- The longest any runnable, unpaused job has been waiting for a slot (0 when none waits).
   (SELECT coalesce(extract(epoch FROM now() - min(least(media_runnable_at, background_runnable_at))), 0)
      FROM job_schedule WHERE least(media_runnable_at, background_runnable_at) <= now()) AS oldest_pending_seconds,

@@ -663,6 +663,8 @@ def test_terminal_webhook_is_signed(run):
 def test_worker_drained_and_left_nothing_running(run):
     assert run.worker_exit == 0, run.worker_log[-4000:]
     assert run.leftover_processes == []
+    problems = [line for line in run.worker_log.splitlines() if " ERROR " in line or "Traceback" in line]
+    assert not problems, run.worker_log[-6000:]
     print(f"\nevery job type through one worker (concurrency 2): {run.seconds:.1f}s")
 
 

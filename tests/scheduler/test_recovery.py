@@ -113,3 +113,21 @@ def test_re_registering_expires_the_previous_sessions_leases(make_worker_row, en
     task = claim(old)
     make_worker_row("box")
     assert repository.recover_expired() == [(task.id, "retry_wait")]
+
+
+def test_retention_purges_old_jobs_and_keeps_the_metric_counters_monotonic(make_worker_row, enqueue):
+    worker = make_worker_row()
+    job = enqueue()
+    task = claim(worker)
+    stale = lease_of(task, worker)
+    expire_lease(task.id)
+    repository.recover_expired()
+    assert repository.finish(stale).outcome == "rejected"
+    sql("UPDATE queue_tasks SET state = 'cancelled', finished_at = now() WHERE id = %s", [task.id])
+    sql("UPDATE jobs SET status = 'cancelled', finished_at = now() - interval '40 days' WHERE id = %s", [job])
+    sql("UPDATE queue_fence_audit SET at = now() - interval '40 days'")
+    before = sql("SELECT count(*) FILTER (WHERE NOT accepted), count(*) FILTER (WHERE operation = 'recover') FROM queue_fence_audit")[0]
+    assert repository.purge_history(30) == 1
+    assert one("SELECT count(*) FROM jobs WHERE id = %s", [job]) == 0
+    assert one("SELECT count(*) FROM queue_fence_audit") == 0
+    assert sql("SELECT purged_rejected, purged_recoveries FROM queue_scheduler_state")[0] == before

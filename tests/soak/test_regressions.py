@@ -141,3 +141,61 @@ def test_reassignment_still_moves_a_job_whose_worker_is_lost(lost_worker_job):
     assert [row[0] for row in repository.reassign_lost_jobs(10)] == [job]
     assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 2
     assert one("SELECT assigned_worker_uid FROM job_schedule WHERE job_id = %s", [job]) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: an operator control waits for a job's schedule row while holding the scheduler lock, "
+    "so a finish transaction kept open (e.g. an S3 copy of a large output) stalls every claim in the "
+    "cluster; see docs/reliability.md, 'Known limitations'",
+)
+def test_an_open_finish_transaction_and_an_operator_click_do_not_stall_other_claims(
+    database_url, make_worker_row, enqueue
+):
+    """A worker publishes outputs inside its finish transaction (the S3 backend copies the object
+    there). While that transaction is open, an operator pauses the same job: lock_job_for_control_v1
+    takes queue_scheduler_state FOR UPDATE, then waits for the job's schedule row. A claim by any
+    other worker, for any other job, then waits for the scheduler row until the copy ends."""
+    finishing_worker = make_worker_row("w-finishing", concurrency=2)
+    other_worker = make_worker_row("w-other", concurrency=2)
+    busy_job = enqueue("noop", {})
+    task = claim(finishing_worker)
+    assert task.job_id == busy_job
+    enqueue("noop", {})  # unrelated work for the other worker
+
+    finisher = psycopg.connect(database_url)
+    operator = psycopg.connect(database_url, autocommit=True)
+    claimer = psycopg.connect(database_url, autocommit=True)
+    admin = psycopg.connect(database_url, autocommit=True)
+    try:
+        uid, session = finishing_worker
+        outcome = finisher.execute(
+            "SELECT outcome FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')",
+            [task.id, task.lease_token, uid, session],
+        ).fetchone()[0]
+        assert outcome == "completed"  # ...and the transaction stays open: the copy is running
+
+        pause = threading.Thread(
+            target=lambda: operator.execute("SELECT set_paused_v1(%s, true)", [busy_job]), daemon=True
+        )
+        pause.start()
+        _wait_until_blocked(admin, operator.info.backend_pid)
+
+        claimed: dict = {}
+
+        def other_claim():
+            claimed["row"] = claimer.execute(
+                "SELECT id FROM claim_task_v1(%s, %s, 'media', 30)", list(other_worker)
+            ).fetchone()
+
+        thread = threading.Thread(target=other_claim, daemon=True)
+        thread.start()
+        thread.join(3.0)
+        stalled = thread.is_alive()
+        finisher.commit()
+        thread.join(10)
+        pause.join(10)
+        assert not stalled, "a claim for an unrelated job waited for another job's finish transaction"
+    finally:
+        for conn in (finisher, operator, claimer, admin):
+            conn.close()
