@@ -161,7 +161,7 @@ class Listener(threading.Thread):
         # transaction mode the listener's server connection is not pinned, and a notification sent
         # on the listening connection itself can come back by luck.
         token = f"probe-{uuid.uuid4().hex}"
-        with psycopg.connect(**connection_params(self.application_name), autocommit=True) as sender:
+        with psycopg.connect(**connection_params(self.application_name)) as sender:  # autocommit
             sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
         deadline = time.monotonic() + self.PROBE_SECONDS
         while time.monotonic() < deadline and not self.stop_event.is_set():

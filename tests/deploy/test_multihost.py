@@ -109,7 +109,7 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
                 )
             }
         ),
-        15,
+        45,
         message=f"connections named {sorted(expected)}",
     )
 

@@ -112,16 +112,15 @@ def test_a_killed_workers_transcode_is_redone_elsewhere_and_published_once(launc
     first_workspace = roots.job_workspace(job) / "1"
 
     # Whichever worker dispatched the job runs its renditions (they are pinned to it): kill it then.
-    wait_for(
-        lambda: running_renditions(job) and ffmpeg_processes(first_workspace),
-        60,
-        "a rendition's FFmpeg",
-        workers=list(workers.values()),
+    def rendition_encoding():
+        running, procs = running_renditions(job), ffmpeg_processes(first_workspace)
+        return (running[0][1], procs) if running and procs else None
+
+    victim_uid, victim_ffmpeg = wait_for(
+        rendition_encoding, 60, "a rendition's FFmpeg", workers=list(workers.values())
     )
-    victim_uid = running_renditions(job)[0][1]
     victim = workers.pop(victim_uid)
     ((survivor_uid, survivor),) = workers.items()
-    victim_ffmpeg = ffmpeg_processes(first_workspace)
     victim.signal(signal.SIGKILL)
     victim.wait(5)
     # Its FFmpeg dies with it (PR_SET_PDEATHSIG), rather than encoding on for nobody.

@@ -43,7 +43,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 UID = "e2e-media"
 FAST = {"preset": "ultrafast"}
 HOOK_PATH = "/hooks/jetencode"
-TERMINAL = ("completed", "failed", "cancelled")
 
 
 def lay_out_media(roots: Roots, clips: Clips) -> None:
@@ -264,7 +263,11 @@ def run(tmp_path_factory, clips, django_db_setup, django_db_blocker) -> Run:
             seconds = time.monotonic() - started
             jobs = {job_type: snapshot_job(job_id) for job_type, job_id in ids.items()}
             assets = {a["path"]: a for a in MediaAsset.objects.values()}
-            exit_code = launcher.drain(worker)
+            try:
+                exit_code = launcher.drain(worker)
+            except AssertionError as exc:  # did not exit in time: reported by the drain test
+                exit_code = None
+                notes.append(str(exc))
             leftovers = [" ".join(p.cmdline()) for p in ffmpeg_processes(roots.workspace, roots.outputs)]
             return Run(
                 roots,
@@ -661,7 +664,7 @@ def test_terminal_webhook_is_signed(run):
 
 
 def test_worker_drained_and_left_nothing_running(run):
-    assert run.worker_exit == 0, run.worker_log[-4000:]
+    assert run.worker_exit == 0, "\n".join(run.notes) or run.worker_log[-4000:]
     assert run.leftover_processes == []
     problems = [line for line in run.worker_log.splitlines() if " ERROR " in line or "Traceback" in line]
     assert not problems, run.worker_log[-6000:]

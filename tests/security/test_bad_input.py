@@ -350,3 +350,22 @@ def test_the_dashboard_form_refuses_a_private_webhook(caller):
     assert response.status_code == 422
     assert "webhook" in response.content.decode().lower()
     assert counts() == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: ninja answers a wrong method with Django's bare HttpResponseNotAllowed (text/html, empty "
+    "body) instead of the JSON error shape; see docs/reliability.md",
+)
+def test_a_wrong_method_is_a_json_405_and_changes_nothing(operator_api, job):
+    before = counts()
+    for method, path in [
+        ("put", "/v2/jobs"),
+        ("delete", f"/v2/jobs/{job}"),
+        ("patch", "/v2/jobs"),
+        ("get", f"/v2/queue/{job}/cancel"),
+    ]:
+        response = operator_api.request(method, path, {"type": "noop"})
+        _assert_refused(response, status=405)
+        assert response["Allow"]
+    assert counts() == before
