@@ -48,7 +48,7 @@ CLAIM = (
 FINISH = "UPDATE bench_ceiling_jobs SET state = 'completed', finished_at = now() WHERE id = %s"
 
 
-def _loop(url: str, worker: int, seconds: float, barrier, results) -> None:
+def _loop(url: str, worker: int, seconds: float, barrier, results, release) -> None:
     conn = db.connect(url, application_name=f"jetencode-bench-ceiling-{worker}")
     claim = CLAIM.format(worker=int(worker))
     done = 0
@@ -68,8 +68,9 @@ def _loop(url: str, worker: int, seconds: float, barrier, results) -> None:
             conn.execute(FINISH, [row[0]])
             done += 1
     finally:
-        conn.close()
         results.put((worker, done))
+        release.wait(60)  # keep the backend alive until the parent has read its CPU time
+        conn.close()
 
 
 def prepare(url: str, rows: int) -> None:
@@ -88,7 +89,8 @@ def measure(url: str, database: str, connections: int, seconds: float) -> dict:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(connections + 1)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_loop, args=(url, i, seconds, barrier, results), daemon=True)
+    release = ctx.Event()
+    procs = [ctx.Process(target=_loop, args=(url, i, seconds, barrier, results, release), daemon=True)
              for i in range(connections)]
     for proc in procs:
         proc.start()
@@ -98,6 +100,7 @@ def measure(url: str, database: str, connections: int, seconds: float) -> dict:
     counts = [results.get(timeout=seconds + 60)[1] for _ in procs]
     elapsed = time.monotonic() - started
     cpu = meter.stop()
+    release.set()
     for proc in procs:
         proc.join(timeout=10)
     with db.connect(url) as conn:
@@ -117,5 +120,6 @@ def measure(url: str, database: str, connections: int, seconds: float) -> dict:
         "cpu_ms_per_cycle": {
             "loop_processes": round(1000 * cpu["workers_cpu_seconds"] / max(total, 1), 3),
             "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / max(total, 1), 3),
+            "total": round(1000 * (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / max(total, 1), 3),
         },
     }

@@ -5,7 +5,9 @@
   definition is taken from scheduler/sql/functions_v1.sql, the proposal's text substitutions are
   made, and the result is run with CREATE OR REPLACE;
 - a read-side proposal inside the bench process only (the API/dashboard measurement runs there):
-  the named query text from scheduler/sql/queries.sql, or a view's constant, is replaced in memory.
+  the named query text from scheduler/sql/queries.sql, or a view's constant, is replaced in memory;
+- a worker proposal inside the bench's worker processes only (bench/stages.py patches the runtime
+  when the worker imports it).
 If the source has changed so that a substitution no longer matches, the run stops and says so (the
 proposal is then either merged or needs re-basing). Nothing in the repository is modified.
 docs/benchmarks.md explains each proposal and its measured effect; the JSON records which ones a
@@ -158,12 +160,25 @@ def apply(url: str, names: list[str]) -> list[dict]:
     return [{"name": n, "function": PROPOSALS[n].function, "why": PROPOSALS[n].why} for n in names]
 
 
-ALL = (*PROPOSALS, *READ_PROPOSALS)
+# Worker hot-path proposals: applied inside the bench's worker processes by bench/stages.py (the
+# extra stage module every bench worker loads) when JETENCODE_BENCH_WORKER_PROPOSALS names them.
+WORKER_PROPOSALS = {
+    "no-final-progress-write": (
+        "a stage's progress(100) just before it returns is its own write transaction (a commit and WAL "
+        "flush per stage) although the finish records progress 100 in the same breath; skip it"),
+    "no-health-check": (
+        "CONN_HEALTH_CHECKS makes every slot send SELECT 1 before each claim (close_old_connections); the "
+        "worker already reconnects on DB errors, so its slots can go without"),
+}
+WORKER_ENV = "JETENCODE_BENCH_WORKER_PROPOSALS"
+
+ALL = (*PROPOSALS, *READ_PROPOSALS, *WORKER_PROPOSALS)
 
 
-def split(names: list[str]) -> tuple[list[str], list[str]]:
-    """(scheduler proposals, read-side proposals); exits on an unknown name."""
+def split(names: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(scheduler, read-side, worker) proposals; exits on an unknown name."""
     unknown = [n for n in names if n not in ALL]
     if unknown:
         raise SystemExit(f"unknown proposal(s) {', '.join(unknown)}; known: {', '.join(ALL)}")
-    return [n for n in names if n in PROPOSALS], [n for n in names if n in READ_PROPOSALS]
+    return ([n for n in names if n in PROPOSALS], [n for n in names if n in READ_PROPOSALS],
+            [n for n in names if n in WORKER_PROPOSALS])

@@ -156,9 +156,11 @@ class Runner:
             f"{db.server_url().rsplit('@', 1)[-1]}; work dir {self.workdir}")
         from bench import proposals
 
-        sql_proposals, read_proposals = proposals.split(args.proposal)
+        sql_proposals, read_proposals, worker_proposals = proposals.split(args.proposal)
         self.url = db.create_database(args.database, log=lambda m: log("  " + m))
         applied = proposals.apply(self.url, sql_proposals) if sql_proposals else []
+        os.environ[proposals.WORKER_ENV] = ",".join(worker_proposals)  # read by bench/stages.py in each worker
+        applied += [{"name": n, "scope": "worker", "why": proposals.WORKER_PROPOSALS[n]} for n in worker_proposals]
         # Django in this process (job validation, the API/dashboard test Client) uses the bench
         # database and the same media root as the workers.
         os.environ["JETENCODE_MEDIA_ROOT"] = str(self.media_root)

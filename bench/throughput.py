@@ -22,6 +22,7 @@ PAYLOAD = {"type": "noop", "params": {"seconds": 0}}
 def measure(url: str, database: str, workdir, *, processes: int, count: int, concurrency: int = 4,
             poll_seconds: float = 0.1, log=print) -> dict:
     args = jobs.job_args(PAYLOAD)
+    release = threading.Event()  # the producer keeps its connection until its CPU time is read
     with db.connect(url) as conn:
         db.reset_queue(conn)
         pool = WorkerPool(url, workdir, processes, concurrency=concurrency, poll_seconds=poll_seconds)
@@ -43,11 +44,12 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
                 try:
                     with db.connect(url, application_name="jetencode-bench-producer") as producer:
                         enqueue_seconds[0] = jobs.enqueue_many(producer, args, count)
+                        release.wait(600)  # the backend's CPU time is read before it goes away
                 except BaseException as exc:  # reported below
                     producer_error.append(exc)
 
             started = time.perf_counter()
-            thread = threading.Thread(target=produce, name="producer")
+            thread = threading.Thread(target=produce, name="producer", daemon=True)
             thread.start()
             finished = jobs.wait_for(
                 conn, "SELECT count(*) FROM jobs WHERE created_at > %s AND status IN ('completed', 'failed', 'cancelled')",
@@ -56,6 +58,7 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
             wall = time.perf_counter() - started
             cpu = meter.stop()
             activity = sampler.stop()
+            release.set()
             thread.join()
             if producer_error:
                 raise producer_error[0]
@@ -69,6 +72,7 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
                 [mark],
             ).fetchone()
         finally:
+            release.set()
             pool.stop()
     stages, not_completed, span, workers_used = row
     span = float(span or wall)
@@ -88,10 +92,14 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
         "worker_backends": activity,
     }
     if stages:
+        per_stage = (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / stages
         result["cpu_ms_per_stage"] = {
             "workers": round(1000 * cpu["workers_cpu_seconds"] / stages, 3),
             "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / stages, 3),
+            "total": round(1000 * per_stage, 3),
         }
+        # What the machine's cores would allow if this run had had them to itself.
+        result["cpu_bound_stages_per_second"] = round(cpu["machine_cpus"] / per_stage, 1) if per_stage else None
     log(f"  throughput {processes}x{concurrency}: {result['stages_per_second']} stages/s "
         f"({stages} stages in {span:.2f}s; machine busy {cpu['machine_busy_cpu_seconds']:.1f} CPU-s of "
         f"{cpu['wall_seconds'] * cpu['machine_cpus']:.1f})")
