@@ -806,19 +806,49 @@ LANGUAGE sql AS $$
   RETURNING uid
 $$;
 
--- Start a new execution of a job: the old execution's unfinished tasks are cancelled, the
--- assignment is cleared and a fresh dispatch queued. Outputs of the old execution are never reused.
-CREATE OR REPLACE FUNCTION redispatch_job_v1(p_job uuid, p_why text) RETURNS int
+-- Operator controls take the scheduler lock, then the job's schedule row. A finish holds that row
+-- while it publishes (renames or copies outputs), so waiting for it *while holding the scheduler
+-- lock* would stall every claim in the cluster. Instead the row is tried with NOWAIT; when it is
+-- busy the subtransaction rolls back, which releases the scheduler lock, and we retry shortly.
+CREATE OR REPLACE FUNCTION lock_schedule_for_control_v1(p_job uuid, p_patience_ms int DEFAULT 2000)
+RETURNS job_schedule
 LANGUAGE plpgsql AS $$
 DECLARE
   s job_schedule%ROWTYPE;
+  waited int := 0;
+BEGIN
+  LOOP
+    BEGIN
+      PERFORM 1 FROM queue_scheduler_state WHERE id = 1 FOR UPDATE;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue_scheduler_state singleton row is missing: run migrations or re-seed it';
+      END IF;
+      SELECT * INTO s FROM job_schedule WHERE job_id = p_job FOR NO KEY UPDATE NOWAIT;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'job not found';
+      END IF;
+      RETURN s;
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;
+    END;
+    IF waited >= p_patience_ms THEN
+      RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'the job is busy (one of its stages is finishing); try again';
+    END IF;
+    PERFORM pg_sleep(0.02);
+    waited := waited + 20;
+  END LOOP;
+END
+$$;
+
+-- Start a new execution of a job: the old execution's unfinished tasks are cancelled, the
+-- assignment is cleared and a fresh dispatch queued. Outputs of the old execution are never reused.
+DROP FUNCTION IF EXISTS redispatch_job_v1(uuid, text);
+CREATE OR REPLACE FUNCTION redispatch_job_v1(p_job uuid, p_why text, p_patience_ms int DEFAULT 2000) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+  s job_schedule%ROWTYPE := lock_schedule_for_control_v1(p_job, p_patience_ms);
   j record;
 BEGIN
-  PERFORM 1 FROM queue_scheduler_state WHERE id = 1 FOR UPDATE;
-  SELECT * INTO s FROM job_schedule WHERE job_id = p_job FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'job not found';
-  END IF;
   SELECT type, status, max_attempts INTO j FROM jobs WHERE id = p_job;
   IF j.status IN ('completed', 'cancelled') OR s.cancel_requested_at IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'job is ' || j.status || ': only unfinished jobs can be redispatched';
@@ -866,7 +896,12 @@ BEGIN
        AND w.last_heartbeat_at < now() - make_interval(secs => p_after_seconds);
     CONTINUE WHEN NOT FOUND;
     job_id := c.job_id;
-    execution_id := redispatch_job_v1(c.job_id, 'worker ' || c.assigned_worker_uid || ' lost');
+    BEGIN
+      -- No patience here: this loop holds the scheduler lock; a job busy finishing is retried next round.
+      execution_id := redispatch_job_v1(c.job_id, 'worker ' || c.assigned_worker_uid || ' lost', 0);
+    EXCEPTION WHEN SQLSTATE 'JE409' THEN
+      CONTINUE;
+    END;
     RETURN NEXT;
   END LOOP;
 END
@@ -883,14 +918,7 @@ DECLARE
   s job_schedule%ROWTYPE;
   st text;
 BEGIN
-  PERFORM 1 FROM queue_scheduler_state WHERE id = 1 FOR UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'queue_scheduler_state singleton row is missing: run migrations or re-seed it';
-  END IF;
-  SELECT * INTO s FROM job_schedule WHERE job_id = p_job FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'job not found';
-  END IF;
+  s := lock_schedule_for_control_v1(p_job);
   SELECT status INTO st FROM jobs WHERE id = p_job;
   IF NOT p_allow_terminal AND (st IN ('completed', 'failed', 'cancelled') OR s.cancel_requested_at IS NOT NULL) THEN
     RAISE EXCEPTION USING ERRCODE = 'JE409',

@@ -352,11 +352,6 @@ def test_the_dashboard_form_refuses_a_private_webhook(caller):
     assert counts() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: ninja answers a wrong method with Django's bare HttpResponseNotAllowed (text/html, empty "
-    "body) instead of the JSON error shape; see docs/reliability.md",
-)
 def test_a_wrong_method_is_a_json_405_and_changes_nothing(operator_api, job):
     before = counts()
     for method, path in [
