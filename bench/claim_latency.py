@@ -63,7 +63,13 @@ def register(conn, uid: str, concurrency: int = 4) -> uuid.UUID:
 
 
 def explain(conn, query: str, params: dict) -> dict:
-    rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query, params).fetchone()[0]
+    """EXPLAIN ANALYZE under the planner settings claim_task_v1 runs with (its SET clauses)."""
+    config = db.scalar(conn, "SELECT proconfig FROM pg_proc WHERE proname = 'claim_task_v1'") or []
+    with conn.transaction():
+        for item in config:
+            name, _, value = item.partition("=")
+            conn.execute("SELECT set_config(%s, %s, true)", [name, value])
+        rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query, params).fetchone()[0]
     plan = rows[0]
     nodes = []
 
@@ -75,7 +81,9 @@ def explain(conn, query: str, params: dict) -> dict:
             walk(child, depth + 1)
 
     walk(plan["Plan"])
+    top = plan["Plan"]
     return {"execution_ms": round(plan["Execution Time"], 3), "planning_ms": round(plan["Planning Time"], 3),
+            "settings": config, "shared_buffers_hit": top.get("Shared Hit Blocks"), "shared_buffers_read": top.get("Shared Read Blocks"),
             "plan": nodes}
 
 
@@ -164,9 +172,12 @@ def measure(url: str, sizes: list[int], samples: int, log=print) -> dict:
             db.bulk_pending_jobs(conn, size - have)
             have = size
             db.analyze(conn)
+            # A bulk load leaves a checkpoint due and many dirty buffers behind; take it now, so the
+            # samples see a queue in its steady state rather than the load's aftermath.
+            conn.execute("CHECKPOINT")
             fill = time.monotonic() - started
             pending = db.scalar(conn, "SELECT count(*) FROM queue_tasks WHERE state = 'pending'")
-            _sample(conn, session, min(50, samples), list(args))  # warm the caches, untimed
+            _sample(conn, session, min(200, samples), list(args))  # warm the caches, untimed
             claims, finishes, empty = _sample(conn, session, samples, list(args))
             if "op_costs" not in out:
                 out["op_costs"] = op_costs(conn, session, list(args), max(20, min(300, samples)))

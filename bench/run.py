@@ -32,9 +32,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 PROFILES = {
     "full": {
         "throughput_jobs": 5000, "throughput_workers": [2, 1, 4], "ceiling_seconds": 10.0,
-        "claim_sizes": [1000, 100_000, 1_000_000], "claim_samples": 1000,
+        "claim_sizes": [1000, 100_000, 1_000_000], "claim_samples": 2000,
         "wakeup_samples": 50, "wakeup_poll_samples": 30,
-        "web_jobs": 100_000, "web_samples": 100, "media_clip_seconds": 20, "media_pairs": 3,
+        "web_jobs": 100_000, "web_samples": 100, "media_clip_seconds": 20, "media_pairs": 5,
     },
     "quick": {
         "throughput_jobs": 500, "throughput_workers": [2, 1, 4], "ceiling_seconds": 4.0,
@@ -311,16 +311,24 @@ def print_table(report: dict) -> None:
     for run, ceiling in _pairs(results):
         label = f"(1) throughput {run['worker_processes']}x{CONCURRENCY}" if run else ""
         if run:
+            cpu = run.get("cpu_ms_per_stage") or {}
             rows.append((label, f"{_fmt(run.get('stages_per_second'))} stages/s",
-                         f"{run.get('stages_completed')} stages in {_fmt(run.get('span_seconds'), 2)} s"))
+                         f"{run.get('stages_completed')} stages in {_fmt(run.get('span_seconds'), 2)} s; "
+                         f"CPU {_fmt(cpu.get('total'), 2)} ms/stage (workers {_fmt(cpu.get('workers'), 2)}, "
+                         f"PostgreSQL {_fmt(cpu.get('postgres_backends'), 2)})"))
         if ceiling:
-            share = f"; scheduler = {100 * run['share_of_ceiling']:.0f} %" if run and run.get("share_of_ceiling") else ""
+            share = f"scheduler = {100 * run['share_of_ceiling']:.0f} %; " if run and run.get("share_of_ceiling") else ""
+            per = (ceiling.get("cpu_ms_per_cycle") or {}).get("total")
             rows.append((f"(2) ceiling, {ceiling['connections']} connections", f"{_fmt(ceiling['per_second'])} /s",
-                         f"raw claim+finish loop{share}"))
+                         f"{share}raw loop CPU {_fmt(per, 2)} ms/cycle"))
     for size, data in (_get(results, "claim", "sizes") or {}).items():
         c, f = data.get("claim", {}), data.get("finish", {})
         rows.append((f"(3) claim, {int(size):,} pending", f"p50 {_fmt(c.get('p50_ms'), 2)} / p99 {_fmt(c.get('p99_ms'), 2)} ms",
                      f"finish p50 {_fmt(f.get('p50_ms'), 2)} / p99 {_fmt(f.get('p99_ms'), 2)} ms"))
+    costs = _get(results, "claim", "op_costs", "synchronous_commit=on")
+    if costs and "stage_total" in costs:
+        parts = ", ".join(f"{k.replace('_v1', '')} {v['cpu_ms']:.1f}" for k, v in costs.items() if k != "stage_total")
+        rows.append(("(3) PostgreSQL CPU per noop stage", f"{costs['stage_total']['cpu_ms']:.1f} ms", parts))
     for key, label in (("notify", "notifications"), ("polling", "polling only, 1 s")):
         w = _get(results, "wakeup", key)
         if w:

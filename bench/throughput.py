@@ -71,6 +71,19 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
                     WHERE j.created_at > %s""",
                 [mark],
             ).fetchone()
+            # Completions per second in each fifth of the span: a queue that slows down as it churns
+            # (dead index entries at the head of the claim index) shows up as a falling series.
+            fifths = conn.execute(
+                """WITH b AS (SELECT min(j.created_at) AS t0, max(t.finished_at) AS t1
+                                FROM jobs j JOIN queue_tasks t ON t.job_id = j.id WHERE j.created_at > %(m)s)
+                   SELECT width_bucket(extract(epoch FROM t.finished_at - b.t0), 0,
+                                       extract(epoch FROM b.t1 - b.t0) + 1e-6, 5) AS fifth,
+                          count(*) / (extract(epoch FROM b.t1 - b.t0) / 5)
+                     FROM jobs j JOIN queue_tasks t ON t.job_id = j.id, b
+                    WHERE j.created_at > %(m)s AND t.state = 'completed'
+                    GROUP BY 1, b.t0, b.t1 ORDER BY 1""",
+                {"m": mark},
+            ).fetchall()
         finally:
             release.set()
             pool.stop()
@@ -88,6 +101,7 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
         "wall_seconds": round(wall, 3),
         "enqueue_seconds": round(enqueue_seconds[0], 3),
         "stages_per_second": round(stages / span, 1) if span > 0 else None,
+        "stages_per_second_by_fifth": [round(float(rate), 1) for _, rate in fifths],
         "cpu": cpu,
         "worker_backends": activity,
     }

@@ -229,8 +229,7 @@ class RunContext:
             self._last_percent is None
             or abs(percent - self._last_percent) >= PROGRESS_STEP
             or now - self._last_flush >= PROGRESS_INTERVAL
-            or (percent >= 100.0 and self._last_percent < 100.0)
-        )
+        ) and percent < 100.0  # 100 % is written by the finish itself: no extra commit per stage
         if due:
             self._flush(percent, detail)
         else:
@@ -259,8 +258,11 @@ class RunContext:
     def flush(self) -> None:
         """Send what is buffered (the slot calls this before the final write). Never raises for a
         database error; LeaseLost/StageCancelled still propagate."""
-        if self._lines or self._pending_progress:
-            pending = self._pending_progress
+        pending = self._pending_progress
+        if pending and pending[0] >= 100.0 and not self._lines:
+            self._pending_progress = None  # the finish records 100 %: no extra commit for it
+            return
+        if self._lines or pending:
             self._flush(*(pending if pending else (None, None)))
 
     def _flush(self, percent: float | None, detail: dict | None) -> None:

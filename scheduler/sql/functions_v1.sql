@@ -314,6 +314,11 @@ BEGIN
     RETURN;
   END IF;
 
+  -- The claim's commit does not wait for its WAL flush, so the scheduler lock is held for the
+  -- selection only, not for an fdatasync. Safe: the worker's next synchronous write (progress,
+  -- heartbeat, finish) flushes the WAL up to and including this claim first, and a claim lost in a
+  -- database crash leaves the task pending; the worker's later writes are then fenced out.
+  PERFORM set_config('synchronous_commit', 'off', true);
   -- 2. Serialize selection with operator controls.
   PERFORM 1 FROM queue_scheduler_state st WHERE st.id = 1 FOR UPDATE;
   IF NOT FOUND THEN

@@ -73,7 +73,9 @@ WHERE (j.status IN ('pending', 'running', 'retry_wait', 'paused')
   AND (%(worker)s::text IS NULL OR s.group_key = %(worker)s)
   AND (%(state)s::text IS NULL OR j.status = %(state)s)
   AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s)
-ORDER BY NULLIF(s.group_key, '') NULLS FIRST, s.priority DESC, s.position, s.media_runnable_at, j.id
+-- Ordered like the schedule_group_order index ('' = pending sorts first), so a page walks the
+-- index and stops instead of sorting every unfinished job.
+ORDER BY s.group_key, s.priority DESC, s.position, s.job_id
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: queue_count

@@ -46,6 +46,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # Django's health check pings the server before each unit of work ("SELECT 1" per claim);
+        # the worker already reconnects on any database error, so its connections go without.
+        from django.db import connections
+
+        connections.settings["default"]["CONN_HEALTH_CHECKS"] = False
         try:
             timing = Timing.from_settings(settings.JETENCODE)
             timing.validate()
