@@ -1,8 +1,8 @@
 """Measurement 1: end-to-end throughput of `noop` jobs ({"seconds": 0}) through real workers.
 
 For each worker count: empty queue, start the workers (`manage.py runworker --concurrency 4`) and
-let them finish a few warm-up jobs; then a producer enqueues the measured jobs (batches of 100 per
-transaction, the API's enqueue function) while the workers drain them. Throughput is completed
+let them finish a few warm-up jobs; then a producer enqueues the measured jobs (10 per transaction,
+the API's enqueue function) while the workers drain them. Throughput is completed
 stages / (last finish - first enqueue), both PostgreSQL timestamps; a `noop` job without children
 is one stage (its dispatch), which the worker claims, reports progress on, and finishes.
 """
@@ -17,10 +17,25 @@ from bench.profile import ActivitySampler
 from bench.workers import CpuMeter, WorkerPool
 
 PAYLOAD = {"type": "noop", "params": {"seconds": 0}}
+# Jobs per producer transaction. Small on purpose: a long enqueue statement holds back the xmin
+# horizon, so the entries that claims leave dead at the head of the claim index cannot be killed
+# and every claim re-reads them (100 per statement doubled the claim's CPU on this machine).
+PRODUCER_BATCH = 10
+INDEXES = ("schedule_claim_media", "task_runnable_in_job", "task_running_by_session", "task_running_lease",
+           "job_schedule_pkey", "queue_tasks_pkey")
+
+
+def index_stats(conn) -> dict:
+    """Cumulative scans and entries read per index of the claim path (pg_stat_user_indexes)."""
+    rows = conn.execute(
+        "SELECT indexrelname, idx_scan, idx_tup_read, idx_tup_fetch FROM pg_stat_user_indexes WHERE indexrelname = ANY (%s)",
+        [list(INDEXES)],
+    ).fetchall()
+    return {name: (scans, read, fetched) for name, scans, read, fetched in rows}
 
 
 def measure(url: str, database: str, workdir, *, processes: int, count: int, concurrency: int = 4,
-            poll_seconds: float = 0.1, log=print) -> dict:
+            poll_seconds: float = 0.1, batch: int = PRODUCER_BATCH, log=print) -> dict:
     args = jobs.job_args(PAYLOAD)
     release = threading.Event()  # the producer keeps its connection until its CPU time is read
     with db.connect(url) as conn:
@@ -34,6 +49,7 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
             if done < warm:
                 raise RuntimeError(f"warm-up: only {done}/{warm} jobs completed in 60 s")
             mark = db.scalar(conn, "SELECT clock_timestamp()")
+            indexes_before = index_stats(conn)
             meter = CpuMeter(database, pool.pids()).start()
             sampler = ActivitySampler(url)
             sampler.start()
@@ -43,7 +59,7 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
             def produce() -> None:
                 try:
                     with db.connect(url, application_name="jetencode-bench-producer") as producer:
-                        enqueue_seconds[0] = jobs.enqueue_many(producer, args, count)
+                        enqueue_seconds[0] = jobs.enqueue_many(producer, args, count, batch=batch)
                         release.wait(600)  # the backend's CPU time is read before it goes away
                 except BaseException as exc:  # reported below
                     producer_error.append(exc)
@@ -87,7 +103,16 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
         finally:
             release.set()
             pool.stop()
+        time.sleep(0.5)  # exited backends have flushed their statistics
+        indexes_after = index_stats(conn)
     stages, not_completed, span, workers_used = row
+    index_use = {}
+    for name, (scans, read, fetched) in indexes_after.items():
+        b = indexes_before.get(name, (0, 0, 0))
+        if stages:
+            index_use[name] = {"scans_per_stage": round((scans - b[0]) / stages, 2),
+                               "entries_read_per_stage": round((read - b[1]) / stages, 1),
+                               "heap_fetches_per_stage": round((fetched - b[2]) / stages, 1)}
     span = float(span or wall)
     result = {
         "worker_processes": processes,
@@ -100,10 +125,12 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
         "span_seconds": round(span, 3),
         "wall_seconds": round(wall, 3),
         "enqueue_seconds": round(enqueue_seconds[0], 3),
+        "producer_batch": batch,
         "stages_per_second": round(stages / span, 1) if span > 0 else None,
         "stages_per_second_by_fifth": [round(float(rate), 1) for _, rate in fifths],
         "cpu": cpu,
         "worker_backends": activity,
+        "index_use": index_use,
     }
     if stages:
         per_stage = (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / stages
