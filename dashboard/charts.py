@@ -41,7 +41,9 @@ class Window:
 
 
 def window(hours: int, now: datetime) -> Window:
-    bucket_minutes, label_minutes = RESOLUTION.get(hours, (max(1, hours * 60 // 96), max(10, hours * 60 // 6)))
+    bucket_minutes, label_minutes = RESOLUTION.get(
+        hours, (max(1, hours * 60 // 96), max(10, hours * 60 // 6))
+    )
     bucket = timedelta(minutes=bucket_minutes)
     end = now.replace(second=0, microsecond=0)
     end -= timedelta(minutes=end.minute % bucket_minutes)
@@ -111,7 +113,9 @@ def _frame(win: Window, top: float, title: str) -> list[str]:
         value = top * i / steps
         y = _y(value, top)
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        parts.append(f'<text class="ylab" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_num(value)}</text>')
+        parts.append(
+            f'<text class="ylab" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_num(value)}</text>'
+        )
     # x labels at round times (every label_every), in UTC
     step = win.label_every
     first = win.start + (-(win.start - EPOCH) % step)
@@ -119,10 +123,16 @@ def _frame(win: Window, top: float, title: str) -> list[str]:
     while moment <= win.time(win.count - 1):
         index = (moment - win.start) / win.bucket
         x = _x(win, index + 0.5)
-        parts.append(f'<line class="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM + 4}"/>')
-        parts.append(f'<text class="xlab" x="{x:.1f}" y="{HEIGHT - 6}" text-anchor="middle">{moment:%H:%M}</text>')
+        parts.append(
+            f'<line class="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM + 4}"/>'
+        )
+        parts.append(
+            f'<text class="xlab" x="{x:.1f}" y="{HEIGHT - 6}" text-anchor="middle">{moment:%H:%M}</text>'
+        )
         moment += step
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM}"/>')
+    parts.append(
+        f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM}"/>'
+    )
     return parts
 
 
@@ -143,7 +153,9 @@ def stacked_bars(win: Window, series: list[Series], title: str) -> SafeString:
             value = s.values[i] or 0
             if value:
                 y0, y1 = _y(base, top), _y(base + value, top)
-                parts.append(f'<rect class="s-{s.name}" x="{x:.1f}" y="{y1:.1f}" width="{width:.1f}" height="{y0 - y1:.1f}"/>')
+                parts.append(
+                    f'<rect class="s-{s.name}" x="{x:.1f}" y="{y1:.1f}" width="{width:.1f}" height="{y0 - y1:.1f}"/>'
+                )
                 base += value
         parts.append("</g>")
     parts.append("</svg>")
@@ -162,7 +174,9 @@ def lines(win: Window, series: list[Series], title: str) -> SafeString:
             path.append(f"{'L' if pen_down else 'M'}{_x(win, i + 0.5):.1f} {_y(value, top):.1f}")
             pen_down = True
         if path:
-            parts.append(f'<path class="line s-{s.name}" d="{" ".join(path)}"><title>{escape(s.name)}</title></path>')
+            parts.append(
+                f'<path class="line s-{s.name}" d="{" ".join(path)}"><title>{escape(s.name)}</title></path>'
+            )
     parts.append("</svg>")
     return mark_safe("".join(parts))
 
@@ -174,7 +188,8 @@ def overview_charts(rows: list[dict], hours: int, now: datetime) -> dict[str, Sa
     per = "minute" if minutes == 1 else f"{minutes} minutes"
     return {
         "throughput": stacked_bars(
-            win, [Series(name, data[name]) for name in THROUGHPUT], f"Jobs finished per {per}, last {hours} h"),
+            win, [Series(name, data[name]) for name in THROUGHPUT], f"Jobs finished per {per}, last {hours} h"
+        ),
         "depth": lines(win, [Series(name, data[name]) for name in DEPTH], f"Jobs by state, last {hours} h"),
         "bucket_label": per,
         "has_samples": bool(rows),

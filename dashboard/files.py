@@ -18,8 +18,19 @@ from django.http import FileResponse, Http404, HttpResponse, StreamingHttpRespon
 from jetencode.media.paths import UnsafePathError, check_output_name, job_output_dir
 
 INLINE_TYPES = {
-    "image/jpeg", "image/png", "image/gif", "image/webp", "video/mp4", "video/webm", "video/mp2t",
-    "audio/mpeg", "audio/mp4", "audio/aac", "application/json", "text/plain", "application/vnd.apple.mpegurl",
+    "image/jpeg",
+    "image/png",
+    "image/gif",
+    "image/webp",
+    "video/mp4",
+    "video/webm",
+    "video/mp2t",
+    "audio/mpeg",
+    "audio/mp4",
+    "audio/aac",
+    "application/json",
+    "text/plain",
+    "application/vnd.apple.mpegurl",
 }
 EXTRA_TYPES = {".m3u8": "application/vnd.apple.mpegurl", ".ts": "video/mp2t", ".m4s": "video/iso.segment"}
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -40,7 +51,11 @@ def resolve_output(job_id, name: str) -> Path:
 
 
 def _content_type(path: Path) -> str:
-    return EXTRA_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return (
+        EXTRA_TYPES.get(path.suffix.lower())
+        or mimetypes.guess_type(path.name)[0]
+        or "application/octet-stream"
+    )
 
 
 def _ranged(path: Path, header: str, size: int):

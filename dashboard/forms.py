@@ -96,10 +96,18 @@ def schema_fields(job_type: str) -> list[SchemaField]:
         else:
             kind = "json"
         f = SchemaField(
-            name=name, title=prop.get("title", name), kind=kind, description=prop.get("description", ""),
-            required=name in required, nullable=nullable, default=prop.get("default"), has_default="default" in prop,
-            minimum=inner.get("minimum", inner.get("exclusiveMinimum")), maximum=inner.get("maximum"),
-            choices=choices, item_kind=item_kind,
+            name=name,
+            title=prop.get("title", name),
+            kind=kind,
+            description=prop.get("description", ""),
+            required=name in required,
+            nullable=nullable,
+            default=prop.get("default"),
+            has_default="default" in prop,
+            minimum=inner.get("minimum", inner.get("exclusiveMinimum")),
+            maximum=inner.get("maximum"),
+            choices=choices,
+            item_kind=item_kind,
         )
         f.value, f.checked = _initial(f)
         result.append(f)
@@ -179,10 +187,19 @@ class JobForm:
 
     @classmethod
     def for_type(cls, job_type: str) -> JobForm:
-        return cls(job_type, schema_fields(job_type), {
-            "priority": "0", "max_attempts": "4", "hardware": "auto", "required_worker_uid": "",
-            "resource_category": "", "vram_mb": "", "webhook_url": "",
-        })
+        return cls(
+            job_type,
+            schema_fields(job_type),
+            {
+                "priority": "0",
+                "max_attempts": "4",
+                "hardware": "auto",
+                "required_worker_uid": "",
+                "resource_category": "",
+                "vram_mb": "",
+                "webhook_url": "",
+            },
+        )
 
     @property
     def job_types(self):
@@ -218,7 +235,9 @@ class JobForm:
             if parts[0] == "params" and len(parts) > 1 and parts[1] in by_name:
                 target = by_name[parts[1]]
                 detail = ".".join(parts[2:])
-                target.error = "; ".join(filter(None, [target.error, f"{detail}: {message}" if detail else message]))
+                target.error = "; ".join(
+                    filter(None, [target.error, f"{detail}: {message}" if detail else message])
+                )
             elif name in self.options or name == "type":
                 self.errors[name] = message
             else:

@@ -106,7 +106,9 @@ class JobActionsMixin:
             else:
                 succeeded += 1
         if succeeded:
-            self.message_user(request, f"{done} {succeeded} job{'s' if succeeded != 1 else ''}.", messages.SUCCESS)
+            self.message_user(
+                request, f"{done} {succeeded} job{'s' if succeeded != 1 else ''}.", messages.SUCCESS
+            )
         if refused:
             more = f" (and {len(refused) - 10} more)" if len(refused) > 10 else ""
             self.message_user(request, "Refused: " + "; ".join(refused[:10]) + more, messages.WARNING)
@@ -127,11 +129,15 @@ class JobActionsMixin:
     def resume_jobs(self, request, queryset):
         self.run_job_action(request, queryset, repository.resume, "Resumed")
 
-    @admin.action(description="Redispatch selected jobs (new execution on any worker)", permissions=["operate"])
+    @admin.action(
+        description="Redispatch selected jobs (new execution on any worker)", permissions=["operate"]
+    )
     def redispatch_jobs(self, request, queryset):
         who = request.user.get_username()
         self.run_job_action(
-            request, queryset, lambda job_id: repository.redispatch(job_id, f"redispatched in the admin by {who}"),
+            request,
+            queryset,
+            lambda job_id: repository.redispatch(job_id, f"redispatched in the admin by {who}"),
             "Redispatched",
         )
 
@@ -149,8 +155,17 @@ def _search_uuid(term: str):
 class JobAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
     job_id_field = "pk"
     actions = JobActionsMixin.job_actions
-    list_display = ("short_id", "type", "status", "progress_display", "live_priority", "worker", "created_at",
-                    "finished_at", "created_by")
+    list_display = (
+        "short_id",
+        "type",
+        "status",
+        "progress_display",
+        "live_priority",
+        "worker",
+        "created_at",
+        "finished_at",
+        "created_by",
+    )
     list_filter = ("status", choices_filter("type", sorted(JOB_TYPES)), "hardware", "created_at")
     list_select_related = ("schedule", "created_by")
     search_fields = ("type",)
@@ -158,10 +173,28 @@ class JobAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
     ordering = ("-created_at",)
     readonly_fields = ("dashboard_link",)
     fieldsets = (
-        (None, {"fields": ("dashboard_link", "id", "type", "status", "progress", "params", "priority", "max_attempts",
-                           "manual_retry_count", "last_error")}),
+        (
+            None,
+            {
+                "fields": (
+                    "dashboard_link",
+                    "id",
+                    "type",
+                    "status",
+                    "progress",
+                    "params",
+                    "priority",
+                    "max_attempts",
+                    "manual_retry_count",
+                    "last_error",
+                )
+            },
+        ),
         ("Resources", {"fields": ("hardware", "resource_category", "vram_mb", "webhook_url")}),
-        ("History", {"fields": ("created_by", "created_at", "updated_at", "started_at", "finished_at", "log")}),
+        (
+            "History",
+            {"fields": ("created_by", "created_at", "updated_at", "started_at", "finished_at", "log")},
+        ),
     )
 
     def get_search_results(self, request, queryset, search_term):
@@ -195,8 +228,11 @@ class JobAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
     @admin.display(description="dashboard")
     def dashboard_link(self, obj):
         tasks = reverse("admin:scheduler_queuetask_changelist") + f"?q={obj.pk}"
-        return format_html('<a href="{}">Open on the dashboard</a> · <a href="{}">Stage deliveries</a>',
-                           reverse("dashboard:job", args=[obj.pk]), tasks)
+        return format_html(
+            '<a href="{}">Open on the dashboard</a> · <a href="{}">Stage deliveries</a>',
+            reverse("dashboard:job", args=[obj.pk]),
+            tasks,
+        )
 
 
 @admin.register(JobOutput)
@@ -219,13 +255,37 @@ class JobOutputAdmin(CheapPaginationMixin, ReadOnlyAdmin):
 class MediaAssetAdmin(admin.ModelAdmin):
     """The library is plain application data: editable, except what the probe measured."""
 
-    list_display = ("path", "title", "directory", "duration_seconds", "resolution", "video_codec", "valid",
-                    "created_at")
+    list_display = (
+        "path",
+        "title",
+        "directory",
+        "duration_seconds",
+        "resolution",
+        "video_codec",
+        "valid",
+        "created_at",
+    )
     list_filter = ("valid", "directory", "orientation", "has_audio")
     search_fields = ("path", "title")
-    readonly_fields = ("id", "size_bytes", "duration_seconds", "width", "height", "fps", "video_codec",
-                       "audio_codec", "bitrate", "orientation", "has_audio", "valid", "invalid_reason",
-                       "validated_at", "source_job", "created_at", "updated_at")
+    readonly_fields = (
+        "id",
+        "size_bytes",
+        "duration_seconds",
+        "width",
+        "height",
+        "fps",
+        "video_codec",
+        "audio_codec",
+        "bitrate",
+        "orientation",
+        "has_audio",
+        "valid",
+        "invalid_reason",
+        "validated_at",
+        "source_job",
+        "created_at",
+        "updated_at",
+    )
     list_select_related = ("source_job",)
     actions = ["validate_assets"]
 
@@ -249,7 +309,9 @@ class MediaAssetAdmin(admin.ModelAdmin):
             else:
                 created += 1
         if created:
-            self.message_user(request, f"Created {created} validate job{'s' if created != 1 else ''}.", messages.SUCCESS)
+            self.message_user(
+                request, f"Created {created} validate job{'s' if created != 1 else ''}.", messages.SUCCESS
+            )
         if refused:
             self.message_user(request, "Not created: " + "; ".join(refused[:10]), messages.WARNING)
 
@@ -280,7 +342,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
             obj.prefix = raw[:12]
             super().save_model(request, obj, form, change)
             self.message_user(
-                request, f"New {obj.scope} token for {obj.user}: {raw} — copy it now, it is not shown again.",
+                request,
+                f"New {obj.scope} token for {obj.user}: {raw} — copy it now, it is not shown again.",
                 messages.WARNING,
             )
             return

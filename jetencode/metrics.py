@@ -31,8 +31,16 @@ QUEUE_STATES = ["blocked", "pending", "retry_wait", "running"]
 POOLS = ["media", "background"]
 
 
-def _histogram(name: str, doc: str, bounds: list[float], cumulative: list[int], count: int, total: float,
-               labels: dict[str, str] | None = None, family: HistogramMetricFamily | None = None) -> HistogramMetricFamily:
+def _histogram(
+    name: str,
+    doc: str,
+    bounds: list[float],
+    cumulative: list[int],
+    count: int,
+    total: float,
+    labels: dict[str, str] | None = None,
+    family: HistogramMetricFamily | None = None,
+) -> HistogramMetricFamily:
     buckets = [(_le(b), float(c)) for b, c in zip(bounds, cumulative, strict=True)] + [("+Inf", float(count))]
     if family is None:
         family = HistogramMetricFamily(name, doc, labels=list(labels or {}))
@@ -51,8 +59,11 @@ class JetEncodeCollector:
     def collect(self) -> Iterator[Metric]:
         cfg = settings.JETENCODE
 
-        depth = GaugeMetricFamily("jetencode_queue_tasks", "Unfinished stage tasks by state, pool and resource category",
-                                  labels=["state", "pool", "resource_category"])
+        depth = GaugeMetricFamily(
+            "jetencode_queue_tasks",
+            "Unfinished stage tasks by state, pool and resource category",
+            labels=["state", "pool", "resource_category"],
+        )
         seen = {(r["state"], r["pool"], r["resource_category"]): r["n"] for r in queries.queue_depth()}
         # Zero-fill the common series so alerts see 0 rather than an absent series.
         for state in QUEUE_STATES:
@@ -68,52 +79,89 @@ class JetEncodeCollector:
             jobs.add_metric([status], int(stats["by_status"].get(status, 0)))
         yield jobs
 
-        running = GaugeMetricFamily("jetencode_running_tasks", "Running media-pool stages by resource category",
-                                    labels=["resource_category"])
+        running = GaugeMetricFamily(
+            "jetencode_running_tasks",
+            "Running media-pool stages by resource category",
+            labels=["resource_category"],
+        )
         for category in RESOURCE_CATEGORIES:
             running.add_metric([category], int(stats["running_by_category"].get(category, 0)))
         yield running
 
-        yield GaugeMetricFamily("jetencode_vram_used_mb", "VRAM reserved by running stages (MB)",
-                                value=int(stats["vram_used_mb"]))
-        yield GaugeMetricFamily("jetencode_vram_total_mb", "VRAM of active, fresh workers (MB)",
-                                value=int(stats["vram_total_mb"]))
+        yield GaugeMetricFamily(
+            "jetencode_vram_used_mb", "VRAM reserved by running stages (MB)", value=int(stats["vram_used_mb"])
+        )
+        yield GaugeMetricFamily(
+            "jetencode_vram_total_mb", "VRAM of active, fresh workers (MB)", value=int(stats["vram_total_mb"])
+        )
 
-        workers = GaugeMetricFamily("jetencode_workers", "Workers by effective lifecycle", labels=["lifecycle"])
+        workers = GaugeMetricFamily(
+            "jetencode_workers", "Workers by effective lifecycle", labels=["lifecycle"]
+        )
         by_lifecycle = queries.workers_by_lifecycle()
         for lifecycle in LIFECYCLES:
             workers.add_metric([lifecycle], by_lifecycle.get(lifecycle, 0))
         yield workers
 
         scalars = queries.metrics_scalars(stuck_after_seconds=2 * cfg["RECOVERY_INTERVAL_SECONDS"])
-        yield CounterMetricFamily("jetencode_stale_writes_rejected",
-                                  "Fenced writes rejected (stale lease, session or execution)",
-                                  value=scalars["stale_writes_rejected"])
-        yield CounterMetricFamily("jetencode_recoveries", "Running tasks recovered after their lease expired",
-                                  value=scalars["recoveries"])
-        yield CounterMetricFamily("jetencode_retries", "Stage attempts that failed and were scheduled to retry",
-                                  value=scalars["retries"])
-        yield GaugeMetricFamily("jetencode_oldest_pending_seconds",
-                                "How long the longest-waiting runnable job has waited for a slot",
-                                value=float(scalars["oldest_pending_seconds"]))
-        yield GaugeMetricFamily("jetencode_stuck_running_tasks",
-                                "Running tasks whose lease expired more than two recovery intervals ago",
-                                value=scalars["stuck_running"])
+        yield CounterMetricFamily(
+            "jetencode_stale_writes_rejected",
+            "Fenced writes rejected (stale lease, session or execution)",
+            value=scalars["stale_writes_rejected"],
+        )
+        yield CounterMetricFamily(
+            "jetencode_recoveries",
+            "Running tasks recovered after their lease expired",
+            value=scalars["recoveries"],
+        )
+        yield CounterMetricFamily(
+            "jetencode_retries",
+            "Stage attempts that failed and were scheduled to retry",
+            value=scalars["retries"],
+        )
+        yield GaugeMetricFamily(
+            "jetencode_oldest_pending_seconds",
+            "How long the longest-waiting runnable job has waited for a slot",
+            value=float(scalars["oldest_pending_seconds"]),
+        )
+        yield GaugeMetricFamily(
+            "jetencode_stuck_running_tasks",
+            "Running tasks whose lease expired more than two recovery intervals ago",
+            value=scalars["stuck_running"],
+        )
         last = scalars["last_recovery_at"]
-        yield GaugeMetricFamily("jetencode_recovery_last_run_timestamp_seconds",
-                                "Unix time the recovery loop last ran (0: never)",
-                                value=float(last) if last is not None else 0.0)
+        yield GaugeMetricFamily(
+            "jetencode_recovery_last_run_timestamp_seconds",
+            "Unix time the recovery loop last ran (0: never)",
+            value=float(last) if last is not None else 0.0,
+        )
 
         claim = queries.claim_latency_histogram(CLAIM_LATENCY_BUCKETS)
-        yield _histogram("jetencode_claim_latency_seconds",
-                         "Claim time minus the time the task became runnable, tasks claimed in the last 5 minutes",
-                         CLAIM_LATENCY_BUCKETS, claim["buckets"], claim["n"], claim["total"])
+        yield _histogram(
+            "jetencode_claim_latency_seconds",
+            "Claim time minus the time the task became runnable, tasks claimed in the last 5 minutes",
+            CLAIM_LATENCY_BUCKETS,
+            claim["buckets"],
+            claim["n"],
+            claim["total"],
+        )
 
-        stage = HistogramMetricFamily("jetencode_stage_duration_seconds",
-                                      "Finish minus start of stage tasks finished in the last hour", labels=["task_type"])
+        stage = HistogramMetricFamily(
+            "jetencode_stage_duration_seconds",
+            "Finish minus start of stage tasks finished in the last hour",
+            labels=["task_type"],
+        )
         for row in queries.stage_duration_histogram(STAGE_DURATION_BUCKETS):
-            _histogram("", "", STAGE_DURATION_BUCKETS, row["buckets"], row["n"], row["total"],
-                       labels={"task_type": row["task_type"]}, family=stage)
+            _histogram(
+                "",
+                "",
+                STAGE_DURATION_BUCKETS,
+                row["buckets"],
+                row["n"],
+                row["total"],
+                labels={"task_type": row["task_type"]},
+                family=stage,
+            )
         yield stage
 
 

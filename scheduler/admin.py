@@ -37,7 +37,9 @@ from scheduler.models import (
 def _job_link(job_id):
     if not job_id:
         return ""
-    return format_html('<a href="{}">{}</a>', reverse("admin:jetencode_job_change", args=[job_id]), str(job_id)[:8])
+    return format_html(
+        '<a href="{}">{}</a>', reverse("admin:jetencode_job_change", args=[job_id]), str(job_id)[:8]
+    )
 
 
 def _ids_search(queryset, term: str, *, int_field: str | None, uuid_field: str | None, text_fields=()):
@@ -60,8 +62,19 @@ def _ids_search(queryset, term: str, *, int_field: str | None, uuid_field: str |
 @admin.register(JobSchedule)
 class JobScheduleAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
     job_id_field = "job_id"
-    list_display = ("job_link", "job_type", "job_status", "priority", "position", "group_key", "assigned_worker_uid",
-                    "required_worker_uid", "paused", "execution_id", "cancel_requested_at")
+    list_display = (
+        "job_link",
+        "job_type",
+        "job_status",
+        "priority",
+        "position",
+        "group_key",
+        "assigned_worker_uid",
+        "required_worker_uid",
+        "paused",
+        "execution_id",
+        "cancel_requested_at",
+    )
     list_filter = ("paused", "execution_mode")
     list_select_related = ("job",)
     ordering = ("group_key", "-priority", "position")
@@ -70,7 +83,9 @@ class JobScheduleAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
     actions = JobActionsMixin.job_actions
 
     def get_search_results(self, request, queryset, search_term):
-        return _ids_search(queryset, search_term, int_field=None, uuid_field="job_id", text_fields=("group_key",)), False
+        return _ids_search(
+            queryset, search_term, int_field=None, uuid_field="job_id", text_fields=("group_key",)
+        ), False
 
     @admin.display(description="job")
     def job_link(self, obj):
@@ -87,8 +102,19 @@ class JobScheduleAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
 
 @admin.register(QueueTask)
 class QueueTaskAdmin(CheapPaginationMixin, ReadOnlyAdmin):
-    list_display = ("id", "job_link", "task_type", "state", "attempts", "placement", "pool", "resource_category",
-                    "claimed_by", "started_at", "finished_at")
+    list_display = (
+        "id",
+        "job_link",
+        "task_type",
+        "state",
+        "attempts",
+        "placement",
+        "pool",
+        "resource_category",
+        "claimed_by",
+        "started_at",
+        "finished_at",
+    )
     list_filter = (
         choices_filter("state", TASK_STATES),
         choices_filter("pool", POOLS),
@@ -100,17 +126,49 @@ class QueueTaskAdmin(CheapPaginationMixin, ReadOnlyAdmin):
     search_fields = ("task_type",)
     search_help_text = "A task id, a job id, or a worker uid (exact)."
     fieldsets = (
-        (None, {"fields": ("id", "job", "execution_id", "task_type", "state", "payload", "parent_task", "dedupe_key",
-                           "wait_for_siblings", "result", "last_failure")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "job",
+                    "execution_id",
+                    "task_type",
+                    "state",
+                    "payload",
+                    "parent_task",
+                    "dedupe_key",
+                    "wait_for_siblings",
+                    "result",
+                    "last_failure",
+                )
+            },
+        ),
         ("Routing", {"fields": ("placement", "pool", "resource_category", "vram_mb", "target_worker_uid")}),
-        ("Retries", {"fields": ("attempt", "max_attempts", "available_at", "timeout_seconds", "deadline_at")}),
-        ("Lease and fencing", {"fields": ("claimed_by", "claimed_worker_session_id", "claimed_reservation_id",
-                                          "lease_token", "lease_expires_at", "heartbeat_at")}),
+        (
+            "Retries",
+            {"fields": ("attempt", "max_attempts", "available_at", "timeout_seconds", "deadline_at")},
+        ),
+        (
+            "Lease and fencing",
+            {
+                "fields": (
+                    "claimed_by",
+                    "claimed_worker_session_id",
+                    "claimed_reservation_id",
+                    "lease_token",
+                    "lease_expires_at",
+                    "heartbeat_at",
+                )
+            },
+        ),
         ("Progress", {"fields": ("progress", "progress_detail", "created_at", "started_at", "finished_at")}),
     )
 
     def get_search_results(self, request, queryset, search_term):
-        return _ids_search(queryset, search_term, int_field="id", uuid_field="job_id", text_fields=("claimed_by",)), False
+        return _ids_search(
+            queryset, search_term, int_field="id", uuid_field="job_id", text_fields=("claimed_by",)
+        ), False
 
     @admin.display(description="job")
     def job_link(self, obj):
@@ -143,8 +201,18 @@ class TaskLogAdmin(CheapPaginationMixin, ReadOnlyAdmin):
 
 @admin.register(FenceAudit)
 class FenceAuditAdmin(CheapPaginationMixin, ReadOnlyAdmin):
-    list_display = ("id", "at", "task_id", "job_link", "operation", "accepted", "reason", "worker_uid", "attempt",
-                    "execution_id")
+    list_display = (
+        "id",
+        "at",
+        "task_id",
+        "job_link",
+        "operation",
+        "accepted",
+        "reason",
+        "worker_uid",
+        "attempt",
+        "execution_id",
+    )
     list_filter = ("accepted",)
     ordering = ("-id",)
     search_fields = ("task_id",)
@@ -160,8 +228,19 @@ class FenceAuditAdmin(CheapPaginationMixin, ReadOnlyAdmin):
 
 @admin.register(QueueWorker)
 class QueueWorkerAdmin(ReadOnlyAdmin):
-    list_display = ("uid", "lifecycle", "hostname", "pid", "version", "concurrency", "background_slots",
-                    "category_limits", "vram_total_mb", "last_heartbeat_at", "dashboard")
+    list_display = (
+        "uid",
+        "lifecycle",
+        "hostname",
+        "pid",
+        "version",
+        "concurrency",
+        "background_slots",
+        "category_limits",
+        "vram_total_mb",
+        "last_heartbeat_at",
+        "dashboard",
+    )
     list_filter = (choices_filter("lifecycle", LIFECYCLES),)
     search_fields = ("uid", "hostname")
     ordering = ("uid",)
@@ -174,7 +253,9 @@ class QueueWorkerAdmin(ReadOnlyAdmin):
     def dashboard(self, obj):
         return format_html('<a href="{}">open</a>', reverse("dashboard:worker", args=[obj.uid]))
 
-    @admin.action(description="Drain selected workers (finish running work, claim nothing new)", permissions=["operate"])
+    @admin.action(
+        description="Drain selected workers (finish running work, claim nothing new)", permissions=["operate"]
+    )
     def drain_workers(self, request, queryset):
         drained, refused = [], []
         for uid in queryset.values_list("uid", flat=True):
@@ -209,5 +290,14 @@ class SchedulerStateAdmin(ReadOnlyAdmin):
 
 @admin.register(QueueSample)
 class QueueSampleAdmin(CheapPaginationMixin, ReadOnlyAdmin):
-    list_display = ("at", "pending", "running", "retry_wait", "paused", "completed", "failed", "stages_completed")
+    list_display = (
+        "at",
+        "pending",
+        "running",
+        "retry_wait",
+        "paused",
+        "completed",
+        "failed",
+        "stages_completed",
+    )
     ordering = ("-at",)

@@ -13,7 +13,9 @@ from scheduler import repository
 
 pytestmark = [
     pytest.mark.embedded,
-    pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="DATABASE_URL is set: this run uses a server"),
+    pytest.mark.skipif(
+        bool(os.environ.get("DATABASE_URL")), reason="DATABASE_URL is set: this run uses a server"
+    ),
 ]
 
 

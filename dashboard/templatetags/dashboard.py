@@ -13,12 +13,22 @@ register = template.Library()
 
 BADGE_CLASSES = {
     # job statuses and task states
-    "pending": "b-pending", "blocked": "b-blocked", "running": "b-running", "retry_wait": "b-retry",
-    "paused": "b-paused", "completed": "b-completed", "failed": "b-failed", "cancelled": "b-cancelled",
+    "pending": "b-pending",
+    "blocked": "b-blocked",
+    "running": "b-running",
+    "retry_wait": "b-retry",
+    "paused": "b-paused",
+    "completed": "b-completed",
+    "failed": "b-failed",
+    "cancelled": "b-cancelled",
     # worker lifecycle
-    "active": "b-completed", "draining": "b-retry", "offline": "b-cancelled",
+    "active": "b-completed",
+    "draining": "b-retry",
+    "offline": "b-cancelled",
     # asset validity
-    "valid": "b-completed", "invalid": "b-failed", "unchecked": "b-blocked",
+    "valid": "b-completed",
+    "invalid": "b-failed",
+    "unchecked": "b-blocked",
 }
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -99,7 +109,9 @@ def badge(state) -> str:
     if state is None or state == "":
         return ""
     state = str(state)
-    return format_html('<span class="badge {}">{}</span>', BADGE_CLASSES.get(state, "b-blocked"), state.replace("_", " "))
+    return format_html(
+        '<span class="badge {}">{}</span>', BADGE_CLASSES.get(state, "b-blocked"), state.replace("_", " ")
+    )
 
 
 @register.filter
@@ -137,7 +149,10 @@ def bar(value, state: str = "", label: str = ""):
     return format_html(
         '<span class="bar {}" role="progressbar" aria-valuemin="0" aria-valuemax="100" aria-valuenow="{}">'
         '<span class="track"><span class="fill" style="width: {}%"></span></span><span class="num">{}</span></span>',
-        BADGE_CLASSES.get(state, "b-none").replace("b-", "bar-"), number, number, text,
+        BADGE_CLASSES.get(state, "b-none").replace("b-", "bar-"),
+        number,
+        number,
+        text,
     )
 
 

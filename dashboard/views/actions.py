@@ -25,12 +25,19 @@ def _entry(job_id) -> dict | None:
     entry = queries.queue_entry(job_id)
     if entry is None:
         return None
-    return {"state": entry.state, "priority": entry.priority, "position": entry.position, "paused": entry.paused}
+    return {
+        "state": entry.state,
+        "priority": entry.priority,
+        "position": entry.position,
+        "paused": entry.paused,
+    }
 
 
 def _cancel(job_id, request):
     state = repository.cancel(job_id)
-    return f"Cancel requested for {_label(job_id)}" + (" (it stops at its next heartbeat)" if state == "running" else "")
+    return f"Cancel requested for {_label(job_id)}" + (
+        " (it stops at its next heartbeat)" if state == "running" else ""
+    )
 
 
 def _pause(job_id, request):
@@ -74,7 +81,9 @@ def _priority(job_id, request):
 
 
 def _redispatch(job_id, request):
-    execution = repository.redispatch(job_id, f"redispatched from the dashboard by {request.user.get_username()}")
+    execution = repository.redispatch(
+        job_id, f"redispatched from the dashboard by {request.user.get_username()}"
+    )
     return f"Redispatched {_label(job_id)}: execution {execution} starts on any worker"
 
 
@@ -104,7 +113,10 @@ def job_action(request, job_id, action):
         return answer(request, str(exc), status=409, fallback=fallback)
     except repository.InvalidArgument as exc:
         return answer(
-            request, f"{exc.field}: {exc.message}", status=422, fallback=fallback,
+            request,
+            f"{exc.field}: {exc.message}",
+            status=422,
+            fallback=fallback,
             extra={"errors": [{"field": exc.field, "message": exc.message}]},
         )
     return answer(request, message, fallback=fallback, extra={"job": _entry(job_id)})
@@ -120,6 +132,8 @@ def worker_drain(request, uid):
     except repository.ActionNotAllowed as exc:
         return answer(request, str(exc), status=409, fallback=fallback)
     return answer(
-        request, f"Worker {uid} is {lifecycle}: it finishes what it runs and claims nothing new",
-        fallback=fallback, extra={"lifecycle": lifecycle},
+        request,
+        f"Worker {uid} is {lifecycle}: it finishes what it runs and claims nothing new",
+        fallback=fallback,
+        extra={"lifecycle": lifecycle},
     )

@@ -55,14 +55,18 @@ def operator_required(view):
     def wrapped(request, *args, **kwargs):
         if not can_operate(request.user):
             if wants_json(request):
-                return JsonResponse({"detail": "You may not operate the queue (read-only access)."}, status=403)
+                return JsonResponse(
+                    {"detail": "You may not operate the queue (read-only access)."}, status=403
+                )
             raise PermissionDenied("You may not operate the queue (read-only access).")
         return view(request, *args, **kwargs)
 
     return require_POST(login_required(wrapped))
 
 
-def page(request: HttpRequest, template: str, context: dict[str, Any] | None = None, *, status: int = 200) -> HttpResponse:
+def page(
+    request: HttpRequest, template: str, context: dict[str, Any] | None = None, *, status: int = 200
+) -> HttpResponse:
     """Render a dashboard page (or its live partial) with what the layout needs."""
     context = dict(context or {})
     context.setdefault("operator", can_operate(request.user))
@@ -76,13 +80,20 @@ def is_partial(request: HttpRequest) -> bool:
 
 def safe_next(request: HttpRequest, fallback: str) -> str:
     target = request.POST.get("next") or request.headers.get("Referer") or ""
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure()):
+    if target and url_has_allowed_host_and_scheme(
+        target, {request.get_host()}, require_https=request.is_secure()
+    ):
         return target
     return fallback
 
 
 def answer(
-    request: HttpRequest, message: str, *, status: int = 200, fallback: str, extra: dict[str, Any] | None = None
+    request: HttpRequest,
+    message: str,
+    *,
+    status: int = 200,
+    fallback: str,
+    extra: dict[str, Any] | None = None,
 ) -> HttpResponse:
     """The reply to an action: JSON for the page scripts, else a flash message and a redirect."""
     if wants_json(request):
@@ -126,4 +137,3 @@ def cheap_page(queryset, request: HttpRequest, per_page: int) -> CheapPage:
     offset = (number - 1) * per_page
     rows = list(queryset[offset : offset + per_page + 1])
     return CheapPage(rows[:per_page], number, per_page, len(rows) > per_page)
-

@@ -50,20 +50,33 @@ def _display_kind(name: str) -> str:
 
 
 def _category_rank():
-    return Case(When(resource_category="gpu_ai", then=2), When(resource_category="gpu_encode", then=1),
-                default=0, output_field=IntegerField())
+    return Case(
+        When(resource_category="gpu_ai", then=2),
+        When(resource_category="gpu_encode", then=1),
+        default=0,
+        output_field=IntegerField(),
+    )
 
 
 def jobs_queryset():
     """Jobs newest first with their live priority, worker and the most demanding category they use."""
     top_category = (
-        QueueTask.objects.filter(job=OuterRef("pk")).exclude(placement="cluster")
-        .annotate(rank=_category_rank()).order_by("-rank").values("resource_category")[:1]
+        QueueTask.objects.filter(job=OuterRef("pk"))
+        .exclude(placement="cluster")
+        .annotate(rank=_category_rank())
+        .order_by("-rank")
+        .values("resource_category")[:1]
     )
     return (
         Job.objects.select_related("schedule")
-        .annotate(category=Coalesce(F("schedule__required_category"), Subquery(top_category), Value("cpu"),
-                                    output_field=TextField()))
+        .annotate(
+            category=Coalesce(
+                F("schedule__required_category"),
+                Subquery(top_category),
+                Value("cpu"),
+                output_field=TextField(),
+            )
+        )
         .order_by("-created_at", "-id")
     )
 
@@ -80,7 +93,10 @@ def _ids(raw: str) -> list[uuid.UUID]:
 
 @viewer_required
 def jobs(request):
-    filters = {key: request.GET.get(key, "").strip() for key in ("status", "type", "resource_category", "worker", "ids")}
+    filters = {
+        key: request.GET.get(key, "").strip()
+        for key in ("status", "type", "resource_category", "worker", "ids")
+    }
     qs = jobs_queryset()
     if filters["status"] in JOB_STATUSES:
         qs = qs.filter(status=filters["status"])
@@ -89,7 +105,10 @@ def jobs(request):
     if filters["resource_category"] in RESOURCE_CATEGORIES:
         qs = qs.filter(category=filters["resource_category"])
     if filters["worker"]:
-        qs = qs.filter(Q(schedule__assigned_worker_uid=filters["worker"]) | Q(schedule__required_worker_uid=filters["worker"]))
+        qs = qs.filter(
+            Q(schedule__assigned_worker_uid=filters["worker"])
+            | Q(schedule__required_worker_uid=filters["worker"])
+        )
     if filters["ids"]:
         qs = qs.filter(id__in=_ids(filters["ids"]))
     result = cheap_page(qs, request, PAGE_SIZE)
@@ -126,15 +145,21 @@ def _timeline(job: Job, tasks: list[QueueTask]) -> list[dict]:
     for task in tasks:
         began = task.started_at
         stopped = task.finished_at or (now if task.state == "running" else None)
-        queued_until = began or task.finished_at or (now if task.state in ("pending", "retry_wait", "blocked") else task.created_at)
-        rows.append({
-            "task": task,
-            "queued_left": pct(task.created_at),
-            "queued_width": max(0.3, pct(queued_until) - pct(task.created_at)),
-            "run_left": pct(began) if began else None,
-            "run_width": max(0.5, pct(stopped) - pct(began)) if began and stopped else 0,
-            "duration": (stopped - began) if began and stopped else None,
-        })
+        queued_until = (
+            began
+            or task.finished_at
+            or (now if task.state in ("pending", "retry_wait", "blocked") else task.created_at)
+        )
+        rows.append(
+            {
+                "task": task,
+                "queued_left": pct(task.created_at),
+                "queued_width": max(0.3, pct(queued_until) - pct(task.created_at)),
+                "run_left": pct(began) if began else None,
+                "run_width": max(0.5, pct(stopped) - pct(began)) if began and stopped else 0,
+                "duration": (stopped - began) if began and stopped else None,
+            }
+        )
     return rows
 
 
@@ -155,17 +180,39 @@ SELECT l.at, l.message, l.task_id, t.task_type
 def _stage_logs(job: Job) -> list[dict]:
     with connection.cursor() as cursor:
         cursor.execute(STAGE_LOGS_SQL, {"job": job.id, "lines": LOG_LINES})
-        rows = [dict(zip(("at", "message", "task_id", "task_type"), row, strict=True)) for row in cursor.fetchall()]
+        rows = [
+            dict(zip(("at", "message", "task_id", "task_type"), row, strict=True))
+            for row in cursor.fetchall()
+        ]
     rows.reverse()
     return rows
 
 
 def job_context(job: Job) -> dict:
     tasks = list(
-        QueueTask.objects.filter(job=job).order_by("execution_id", "created_at", "id")
-        .only("id", "job_id", "execution_id", "task_type", "placement", "pool", "resource_category", "vram_mb",
-              "state", "attempt", "max_attempts", "claimed_by", "progress", "last_failure", "created_at",
-              "started_at", "finished_at", "available_at", "parent_task_id")[:TIMELINE_TASKS + 1]
+        QueueTask.objects.filter(job=job)
+        .order_by("execution_id", "created_at", "id")
+        .only(
+            "id",
+            "job_id",
+            "execution_id",
+            "task_type",
+            "placement",
+            "pool",
+            "resource_category",
+            "vram_mb",
+            "state",
+            "attempt",
+            "max_attempts",
+            "claimed_by",
+            "progress",
+            "last_failure",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "available_at",
+            "parent_task_id",
+        )[: TIMELINE_TASKS + 1]
     )
     stage_logs = _stage_logs(job)
     log_lines = job.log.splitlines()[-LOG_LINES:]
@@ -210,7 +257,9 @@ def job_output(request, job_id, name):
 def _worker_choices():
     stale = timezone.now() - timedelta(seconds=settings.JETENCODE["STALE_WORKER_SECONDS"])
     return list(
-        QueueWorker.objects.filter(lifecycle="active", last_heartbeat_at__gte=stale).order_by("uid").values_list("uid", flat=True)
+        QueueWorker.objects.filter(lifecycle="active", last_heartbeat_at__gte=stale)
+        .order_by("uid")
+        .values_list("uid", flat=True)
     )
 
 
@@ -252,4 +301,3 @@ def _create(request):
         return page(request, "dashboard/job_new.html", _new_context(form), status=422)
     messages.success(request, f"Created {job.type} {str(job.id)[:8]}.")
     return redirect("dashboard:job", job.id)
-

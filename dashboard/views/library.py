@@ -51,7 +51,9 @@ def library(request):
         "page_obj": cheap_page(qs, request, PAGE_SIZE),
         "filters": filters,
         "filtered": any(filters.values()),
-        "directories": list(MediaAsset.objects.order_by("directory").values_list("directory", flat=True).distinct()[:200]),
+        "directories": list(
+            MediaAsset.objects.order_by("directory").values_list("directory", flat=True).distinct()[:200]
+        ),
         "orientations": ORIENTATIONS,
         "actions": ACTIONS,
     }

@@ -34,7 +34,9 @@ def overview(request):
         "lifecycles": lifecycles,
         "media_slots": sum(w["concurrency"] for w in workers if w["lifecycle"] == "active"),
         "media_running": sum(w["media_running"] for w in workers),
-        "vram_percent": round(100 * stats["vram_used_mb"] / stats["vram_total_mb"]) if stats["vram_total_mb"] else 0,
+        "vram_percent": round(100 * stats["vram_used_mb"] / stats["vram_total_mb"])
+        if stats["vram_total_mb"]
+        else 0,
         "jobs_by_type": sorted(stats["jobs_by_type"].items(), key=lambda item: -item[1]),
         "charts": overview_charts(queries.samples(hours), hours, timezone.now()),
     }

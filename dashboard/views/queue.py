@@ -51,12 +51,16 @@ def queue(request):
     worker = request.GET.get("worker")
     worker = None if worker in (None, "", "*") else ("" if worker == "-" else worker)
     number = page_number(request, maximum=1000)
-    entries = queries.queue_list(worker=worker, state=state, limit=PAGE_SIZE + 1, offset=(number - 1) * PAGE_SIZE)
+    entries = queries.queue_list(
+        worker=worker, state=state, limit=PAGE_SIZE + 1, offset=(number - 1) * PAGE_SIZE
+    )
     has_next = len(entries) > PAGE_SIZE
     entries = entries[:PAGE_SIZE]
     workers = queries.workers_overview()
     context = {
-        "sections": build_sections(entries, workers if worker is None else [w for w in workers if w["uid"] == worker]),
+        "sections": build_sections(
+            entries, workers if worker is None else [w for w in workers if w["uid"] == worker]
+        ),
         "entry_count": len(entries),
         "page_number": number,
         "has_next": has_next,

@@ -16,9 +16,12 @@ def describe(worker: dict) -> dict:
     running = worker["running_by_category"] or {}
     worker["categories"] = [
         {"name": name, "limit": int(limit or 0), "running": int(running.get(name, 0))}
-        for name, limit in sorted(limits.items()) if int(limit or 0) or int(running.get(name, 0))
+        for name, limit in sorted(limits.items())
+        if int(limit or 0) or int(running.get(name, 0))
     ] + [
-        {"name": name, "limit": 0, "running": int(count)} for name, count in sorted(running.items()) if name not in limits
+        {"name": name, "limit": 0, "running": int(count)}
+        for name, count in sorted(running.items())
+        if name not in limits
     ]
     sample = worker["system_sample"] or {}
     memory = sample.get("memory") if isinstance(sample.get("memory"), dict) else {}
@@ -30,14 +33,24 @@ def describe(worker: dict) -> dict:
             cpu_text += " · load " + " ".join(str(x) for x in sample["load_average"][:1])
     worker["gauges"] = [
         {"label": "CPU", "value": sample.get("cpu_percent"), "text": cpu_text},
-        {"label": "Memory", "value": memory.get("percent"),
-         "text": f"{filesize(memory.get('used'))} / {filesize(memory.get('total'))}" if memory.get("total") else None},
-        {"label": "Disk", "value": disk.get("percent"),
-         "text": f"{filesize(disk.get('free'))} free" if disk.get("total") else None},
+        {
+            "label": "Memory",
+            "value": memory.get("percent"),
+            "text": f"{filesize(memory.get('used'))} / {filesize(memory.get('total'))}"
+            if memory.get("total")
+            else None,
+        },
+        {
+            "label": "Disk",
+            "value": disk.get("percent"),
+            "text": f"{filesize(disk.get('free'))} free" if disk.get("total") else None,
+        },
     ]
     worker["sample_items"] = sorted((k, v) for k, v in sample.items() if not isinstance(v, dict))
     worker["sample_groups"] = sorted((k, v) for k, v in sample.items() if isinstance(v, dict))
-    worker["vram_percent"] = round(100 * worker["vram_used_mb"] / worker["vram_total_mb"]) if worker["vram_total_mb"] else 0
+    worker["vram_percent"] = (
+        round(100 * worker["vram_used_mb"] / worker["vram_total_mb"]) if worker["vram_total_mb"] else 0
+    )
     worker["vram_label"] = f"{worker['vram_used_mb']} / {worker['vram_total_mb']} MB"
     worker["capacity"] = [
         _meter("Media", worker["media_running"], worker["concurrency"]),

@@ -54,12 +54,16 @@ def authorize(request: HttpRequest, principal: Principal) -> Principal:
     """Raise a 403 unless the principal may use this method. Returns the principal."""
     if request.method in SAFE_METHODS:
         if not can_view(principal.user):
-            raise AuthorizationError(message="permission denied: viewing needs the Viewers or Operators group")
+            raise AuthorizationError(
+                message="permission denied: viewing needs the Viewers or Operators group"
+            )
         return principal
     if principal.via == "token" and principal.scope != "operate":
         raise AuthorizationError(message="this token has read scope: changes need a token with operate scope")
     if not can_operate(principal.user):
-        raise AuthorizationError(message="permission denied: changes need the Operators group (jetencode.operate_queue)")
+        raise AuthorizationError(
+            message="permission denied: changes need the Operators group (jetencode.operate_queue)"
+        )
     return principal
 
 

@@ -71,7 +71,7 @@ def _message(error: dict[str, Any]) -> str:
     message = str(error.get("msg", "invalid value"))
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):
-            message = message[len(prefix):]
+            message = message[len(prefix) :]
     return message
 
 
@@ -89,7 +89,9 @@ def detail_response(status: int, detail: str, **headers: str) -> JsonResponse:
 def install(api: NinjaAPI) -> None:
     @api.exception_handler(NinjaValidationError)
     def schema_violation(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
-        return validation_response([{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors])
+        return validation_response(
+            [{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors]
+        )
 
     @api.exception_handler(services.ValidationError)
     def invalid_job(request: HttpRequest, exc: services.ValidationError) -> HttpResponse:
@@ -117,7 +119,11 @@ def install(api: NinjaAPI) -> None:
             # ninja's message for a body that is not JSON: answer in the 422 shape like any bad input.
             return validation_response([{"field": "body", "message": "the request body is not valid JSON"}])
         if isinstance(exc, AuthenticationError):
-            message = str(exc) if str(exc) != "Unauthorized" else "authentication required: send Authorization: Bearer <token>"
+            message = (
+                str(exc)
+                if str(exc) != "Unauthorized"
+                else "authentication required: send Authorization: Bearer <token>"
+            )
             return detail_response(401, message, WWW_Authenticate='Bearer realm="jetencode"')
         return detail_response(exc.status_code, str(exc))
 
@@ -127,7 +133,9 @@ def install(api: NinjaAPI) -> None:
 
     @api.exception_handler(RequestDataTooBig)
     def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-        return detail_response(413, f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+        return detail_response(
+            413, f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
+        )
 
     @api.exception_handler(OperationalError)
     def database_down(request: HttpRequest, exc: Exception) -> HttpResponse:

@@ -90,7 +90,9 @@ def _stage(task: QueueTask) -> dict:
 
 def job_detail(job: Job) -> dict:
     schedule = job.schedule
-    stages = QueueTask.objects.filter(job=job, execution_id=schedule.execution_id).exclude(placement="cluster")
+    stages = QueueTask.objects.filter(job=job, execution_id=schedule.execution_id).exclude(
+        placement="cluster"
+    )
     outputs = JobOutput.objects.filter(job=job, execution_id=schedule.execution_id).order_by("name")
     entry = queries.queue_entry(job.id)
     lines = job.log.splitlines()[-JOB_LOG_TAIL_LINES:]
@@ -103,8 +105,16 @@ def job_detail(job: Job) -> dict:
         "attempt": entry.attempt if entry else None,
         "stages": [_stage(t) for t in stages.order_by("created_at", "id")],
         "outputs": [
-            {"name": o.name, "kind": o.kind, "size_bytes": o.size_bytes, "storage_url": o.storage_url,
-             "metadata": o.metadata, "task_id": o.task_id, "execution_id": o.execution_id, "created_at": o.created_at}
+            {
+                "name": o.name,
+                "kind": o.kind,
+                "size_bytes": o.size_bytes,
+                "storage_url": o.storage_url,
+                "metadata": o.metadata,
+                "task_id": o.task_id,
+                "execution_id": o.execution_id,
+                "created_at": o.created_at,
+            }
             for o in outputs
         ],
         "log_tail": lines,
@@ -135,9 +145,15 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
     status: Annotated[JobStatus | None, Query()] = None,
     type: Annotated[Text | None, Query(max_length=64, description="Job type")] = None,
-    resource_category: Annotated[ResourceCategory | None, Query(
-        description="Jobs with a stage in this category, or that asked for it (override or GPU requirement)")] = None,
-    worker: Annotated[Text | None, Query(max_length=200, description="Jobs assigned to or targeted at this worker uid")] = None,
+    resource_category: Annotated[
+        ResourceCategory | None,
+        Query(
+            description="Jobs with a stage in this category, or that asked for it (override or GPU requirement)"
+        ),
+    ] = None,
+    worker: Annotated[
+        Text | None, Query(max_length=200, description="Jobs assigned to or targeted at this worker uid")
+    ] = None,
 ):
     jobs = Job.objects.select_related("schedule", "created_by").order_by("-created_at", "-id")
     if status:
@@ -148,32 +164,42 @@ def list_jobs(
         jobs = jobs.filter(
             Q(resource_category=resource_category)
             | Q(schedule__required_category=resource_category)
-            | Q(pk__in=QueueTask.objects.filter(resource_category=resource_category)
-                .exclude(placement="cluster").values("job_id"))
+            | Q(
+                pk__in=QueueTask.objects.filter(resource_category=resource_category)
+                .exclude(placement="cluster")
+                .values("job_id")
+            )
         )
     if worker:
         jobs = jobs.filter(Q(schedule__assigned_worker_uid=worker) | Q(schedule__required_worker_uid=worker))
     total = jobs.count()
     offset = (page - 1) * limit
     return {
-        "data": [job_summary(job) for job in jobs[offset:offset + limit]],
+        "data": [job_summary(job) for job in jobs[offset : offset + limit]],
         "pagination": pagination(page, limit, total),
     }
 
 
-@router.get("/{job_id}", response={200: JobDetailOut, **responses(*AUTH_ERRORS, 404, 422)}, summary="Get a job")
+@router.get(
+    "/{job_id}", response={200: JobDetailOut, **responses(*AUTH_ERRORS, 404, 422)}, summary="Get a job"
+)
 def get_job_detail(request: HttpRequest, job_id: UUID):
     """Status, progress, params, timestamps, attempts, the stages of the current execution with
     their states and progress, published outputs, the job log tail and the queue entry."""
     return job_detail(get_job(job_id))
 
 
-@router.get("/{job_id}/tasks", response={200: TaskListOut, **responses(*AUTH_ERRORS, 404, 422)},
-            summary="Full task history of a job")
+@router.get(
+    "/{job_id}/tasks",
+    response={200: TaskListOut, **responses(*AUTH_ERRORS, 404, 422)},
+    summary="Full task history of a job",
+)
 def list_job_tasks(
     request: HttpRequest,
     job_id: UUID,
-    log_lines: Annotated[int, Query(ge=0, le=200, description="Stage-log lines per task")] = TASK_LOG_TAIL_LINES,
+    log_lines: Annotated[
+        int, Query(ge=0, le=200, description="Stage-log lines per task")
+    ] = TASK_LOG_TAIL_LINES,
 ):
     """Every task of every execution (webhook deliveries included), oldest first, with its last
     failure and the tail of its stage log."""
@@ -213,4 +239,3 @@ def _job_types() -> JobTypeListOut:
 def list_job_types(request: HttpRequest):
     """Every job type with its stages, resource defaults and the JSON schema of its params."""
     return _job_types()
-

@@ -22,7 +22,9 @@ class JsonMethodNotAllowedMiddleware:
         ):
             allowed = response.get("Allow", "")
             replacement = JsonResponse(
-                {"detail": f"method {request.method} is not allowed on {request.path}; allowed: {allowed or 'none'}"},
+                {
+                    "detail": f"method {request.method} is not allowed on {request.path}; allowed: {allowed or 'none'}"
+                },
                 status=405,
             )
             if allowed:

@@ -42,10 +42,14 @@ def list_queue(
     request: HttpRequest,
     page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
-    worker: Annotated[Text | None, Query(
-        max_length=200,
-        description="Only this worker's group (jobs assigned to or targeted at it); an empty value selects "
-                    "the pending group (jobs no worker holds yet)")] = None,
+    worker: Annotated[
+        Text | None,
+        Query(
+            max_length=200,
+            description="Only this worker's group (jobs assigned to or targeted at it); an empty value selects "
+            "the pending group (jobs no worker holds yet)",
+        ),
+    ] = None,
     state: Annotated[QueueState | None, Query(description="Only jobs with this status")] = None,
 ):
     """One entry per unfinished job, plus failed jobs that can be retried, ordered by group (the
@@ -57,8 +61,11 @@ def list_queue(
     return {"data": [asdict(e) for e in entries], "pagination": pagination(page, limit, total)}
 
 
-@router.get("/{job_id}", response={200: QueueEntryOut, **responses(*AUTH_ERRORS, 404, 422)},
-            summary="One job's queue entry")
+@router.get(
+    "/{job_id}",
+    response={200: QueueEntryOut, **responses(*AUTH_ERRORS, 404, 422)},
+    summary="One job's queue entry",
+)
 def get_queue_entry(request: HttpRequest, job_id: UUID):
     return entry(job_id)
 

@@ -42,24 +42,40 @@ class JobIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     type: Text = Field(
-        ..., min_length=1, max_length=64,
+        ...,
+        min_length=1,
+        max_length=64,
         description="Job type. `GET /v2/job-types` lists them with their params schemas.",
         json_schema_extra={"enum": sorted(JOB_TYPES)},
     )
-    params: dict[str, Any] = Field(default_factory=dict, description="Parameters of the job type (see its params_schema).")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Parameters of the job type (see its params_schema)."
+    )
     priority: StrictInt = Field(0, ge=-1000, le=1000, description="Higher runs first.")
     required_worker_uid: Text | None = Field(
-        None, min_length=1, max_length=200,
-        description="Run every stage on this worker. It must be active and fresh now (not draining).")
+        None,
+        min_length=1,
+        max_length=200,
+        description="Run every stage on this worker. It must be active and fresh now (not draining).",
+    )
     max_attempts: StrictInt = Field(4, ge=1, le=20, description="Attempts per stage before the job fails.")
     webhook_url: Text | None = Field(
-        None, max_length=2048,
+        None,
+        max_length=2048,
         description="POSTed (Standard Webhooks signature) when the job completes, fails or is cancelled. "
-                    "Loopback, private and link-local targets are refused unless JETENCODE_WEBHOOK_ALLOW_PRIVATE.")
-    hardware: Hardware = Field("auto", description="auto: GPU when the dispatching worker has a usable encoder; "
-                                                   "gpu: only workers with the GPU category may take it; cpu: never a GPU.")
-    resource_category: ResourceCategory | None = Field(None, description="Override the category of GPU-capable stages.")
-    vram_mb: StrictInt | None = Field(None, ge=0, le=MAX_VRAM_MB, description="Override the VRAM those stages need.")
+        "Loopback, private and link-local targets are refused unless JETENCODE_WEBHOOK_ALLOW_PRIVATE.",
+    )
+    hardware: Hardware = Field(
+        "auto",
+        description="auto: GPU when the dispatching worker has a usable encoder; "
+        "gpu: only workers with the GPU category may take it; cpu: never a GPU.",
+    )
+    resource_category: ResourceCategory | None = Field(
+        None, description="Override the category of GPU-capable stages."
+    )
+    vram_mb: StrictInt | None = Field(
+        None, ge=0, le=MAX_VRAM_MB, description="Override the VRAM those stages need."
+    )
 
 
 class PriorityIn(Schema):
@@ -85,7 +101,9 @@ class PaginationOut(Schema):
 class QueueEntryOut(Schema):
     job_id: UUID
     type: str
-    group: str | None = Field(description="Worker uid whose claims see this job first (assigned, else targeted); null = pending group")
+    group: str | None = Field(
+        description="Worker uid whose claims see this job first (assigned, else targeted); null = pending group"
+    )
     stage: str | None = Field(description="Task type of the representative task")
     state: str = Field(description="The job's status")
     task_state: str | None
@@ -97,10 +115,13 @@ class QueueEntryOut(Schema):
     attempt: int | None
     max_attempts: int | None
     waiting_seconds: float | None = Field(
-        None, description="Present only while the job is pending: seconds since its next task became runnable")
+        None, description="Present only while the job is pending: seconds since its next task became runnable"
+    )
     available_at: datetime | None
     can_retry: bool
-    waiting_reason: str | None = Field(description="Why a waiting job is not running (null when it is not waiting)")
+    waiting_reason: str | None = Field(
+        description="Why a waiting job is not running (null when it is not waiting)"
+    )
     progress: int
     created_at: datetime
     cancel_requested: bool
@@ -254,7 +275,9 @@ class WorkerOut(Schema):
     hostname: str
     pid: int | None
     version: str
-    lifecycle: str = Field(description="active | draining | offline (an active worker without recent heartbeats is offline)")
+    lifecycle: str = Field(
+        description="active | draining | offline (an active worker without recent heartbeats is offline)"
+    )
     registered_at: datetime | None
     last_heartbeat_at: datetime | None
     reservation_id: UUID | None

@@ -74,10 +74,19 @@ def take_sample() -> dict[str, Any]:
         "cpu_percent": psutil.cpu_percent(interval=None),
         "cpu_count": psutil.cpu_count() or 1,
         "load_average": load,
-        "memory": {"total_bytes": memory.total, "available_bytes": memory.available,
-                   "used_bytes": memory.used, "percent": memory.percent},
-        "disk": {"path": str(path), "total_bytes": disk.total, "used_bytes": disk.used,
-                 "free_bytes": disk.free, "percent": disk.percent},
+        "memory": {
+            "total_bytes": memory.total,
+            "available_bytes": memory.available,
+            "used_bytes": memory.used,
+            "percent": memory.percent,
+        },
+        "disk": {
+            "path": str(path),
+            "total_bytes": disk.total,
+            "used_bytes": disk.used,
+            "free_bytes": disk.free,
+            "percent": disk.percent,
+        },
         "process": process,
     }
 
@@ -91,16 +100,25 @@ def latest_sample() -> dict[str, Any]:
         return _latest
 
 
-@router.get("/v1/sysinfo", response={200: SysinfoOut, **responses(*AUTH_ERRORS)}, tags=["system"],
-            summary="This API process's host: CPU, memory, disk")
+@router.get(
+    "/v1/sysinfo",
+    response={200: SysinfoOut, **responses(*AUTH_ERRORS)},
+    tags=["system"],
+    summary="This API process's host: CPU, memory, disk",
+)
 def sysinfo(request: HttpRequest):
     """The latest CPU, memory and disk sample of the machine serving this request (refreshed at
     most every 5 seconds). Workers report their own samples in `GET /v2/workers`."""
     return latest_sample()
 
 
-@router.get("/healthz", auth=None, response={200: HealthOut, 503: HealthOut}, tags=["system"],
-            summary="Liveness and database check (no auth)")
+@router.get(
+    "/healthz",
+    auth=None,
+    response={200: HealthOut, 503: HealthOut},
+    tags=["system"],
+    summary="Liveness and database check (no auth)",
+)
 def healthz(request: HttpRequest):
     """200 when the database answers a query, 503 otherwise."""
     try:
@@ -113,10 +131,19 @@ def healthz(request: HttpRequest):
 
 
 @router.get(
-    "/metrics", auth=None, response={200: None, 503: ErrorOut}, tags=["system"],
+    "/metrics",
+    auth=None,
+    response={200: None, 503: ErrorOut},
+    tags=["system"],
     summary="Prometheus metrics (no auth)",
-    openapi_extra={"responses": {200: {"description": "Prometheus text exposition format",
-                                       "content": {"text/plain": {"schema": {"type": "string"}}}}}},
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "Prometheus text exposition format",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        }
+    },
 )
 def metrics_view(request: HttpRequest):
     """Queue depth by state, pool and category; jobs by status; running stages by category; VRAM;

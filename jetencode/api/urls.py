@@ -11,6 +11,11 @@ from jetencode.api.api import api
 _patterns, _app_name, _namespace = api.urls
 
 urlpatterns = [
-    path("", include(([p for p in _patterns if getattr(p, "name", None) != "api-root"], _app_name),
-                     namespace=_namespace)),
+    path(
+        "",
+        include(
+            ([p for p in _patterns if getattr(p, "name", None) != "api-root"], _app_name),
+            namespace=_namespace,
+        ),
+    ),
 ]

@@ -55,7 +55,11 @@ def _one(uid: str) -> dict[str, Any]:
 def list_workers(request: HttpRequest):
     """Lifecycle, session, last heartbeat, media and background capacity and utilization per
     category, VRAM, active tasks, the latest system sample and the capability catalog."""
-    return {"data": [worker_out(row, queries.worker_active_tasks(row["uid"])) for row in queries.workers_overview()]}
+    return {
+        "data": [
+            worker_out(row, queries.worker_active_tasks(row["uid"])) for row in queries.workers_overview()
+        ]
+    }
 
 
 @router.get("/{uid}", response={200: WorkerOut, **responses(*AUTH_ERRORS, 404, 422)}, summary="Get a worker")
@@ -63,8 +67,11 @@ def get_worker(request: HttpRequest, uid: Uid):
     return _one(uid)
 
 
-@router.post("/{uid}/drain", response={200: WorkerOut, **responses(*AUTH_ERRORS, 404, 409, 422)},
-             summary="Drain a worker")
+@router.post(
+    "/{uid}/drain",
+    response={200: WorkerOut, **responses(*AUTH_ERRORS, 404, 409, 422)},
+    summary="Drain a worker",
+)
 def drain_worker(request: HttpRequest, uid: Uid):
     """Stop new claims on the worker; its running tasks finish. It also stops accepting targeted
     jobs. 409 when the worker is offline."""

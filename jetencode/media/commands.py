@@ -20,9 +20,28 @@ from jetencode.media.ffmpeg import VAAPI_DEVICE, ffmpeg_path
 COMMON_ARGS = ["-nostdin", "-nostats", "-hide_banner", "-progress", "pipe:1", "-y"]
 AUDIO_RATE = 48000
 
-X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
-_NVENC_PRESET = {"ultrafast": "p1", "superfast": "p1", "veryfast": "p2", "faster": "p3", "fast": "p4",
-                 "medium": "p4", "slow": "p5", "slower": "p6", "veryslow": "p7"}
+X264_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+)
+_NVENC_PRESET = {
+    "ultrafast": "p1",
+    "superfast": "p1",
+    "veryfast": "p2",
+    "faster": "p3",
+    "fast": "p4",
+    "medium": "p4",
+    "slow": "p5",
+    "slower": "p6",
+    "veryslow": "p7",
+}
 _QSV_PRESET = {"ultrafast": "veryfast", "superfast": "veryfast"}
 SUPPORTED_ENCODERS = ("libx264", "h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videotoolbox", "h264_amf")
 
@@ -82,9 +101,27 @@ class VideoEncoding:
         if self.encoder == "libx264":
             args = ["-c:v", "libx264", "-preset", self.preset, "-crf", crf, "-profile:v", "high"]
         elif self.encoder == "h264_nvenc":
-            args = ["-c:v", "h264_nvenc", "-preset", _NVENC_PRESET[self.preset], "-rc", "vbr", "-cq", crf, "-b:v", "0"]
+            args = [
+                "-c:v",
+                "h264_nvenc",
+                "-preset",
+                _NVENC_PRESET[self.preset],
+                "-rc",
+                "vbr",
+                "-cq",
+                crf,
+                "-b:v",
+                "0",
+            ]
         elif self.encoder == "h264_qsv":
-            args = ["-c:v", "h264_qsv", "-preset", _QSV_PRESET.get(self.preset, self.preset), "-global_quality", crf]
+            args = [
+                "-c:v",
+                "h264_qsv",
+                "-preset",
+                _QSV_PRESET.get(self.preset, self.preset),
+                "-global_quality",
+                crf,
+            ]
         elif self.encoder == "h264_vaapi":
             args = ["-c:v", "h264_vaapi", "-rc_mode", "CQP", "-qp", crf]
         elif self.encoder == "h264_videotoolbox":
@@ -92,7 +129,12 @@ class VideoEncoding:
         else:  # h264_amf
             args = ["-c:v", "h264_amf", "-rc", "cqp", "-qp_i", crf, "-qp_p", crf]
         if self.maxrate_kbps and self.encoder not in ("h264_vaapi", "h264_amf"):
-            args += ["-maxrate", f"{int(self.maxrate_kbps)}k", "-bufsize", f"{int(self.bufsize_kbps or 2 * self.maxrate_kbps)}k"]
+            args += [
+                "-maxrate",
+                f"{int(self.maxrate_kbps)}k",
+                "-bufsize",
+                f"{int(self.bufsize_kbps or 2 * self.maxrate_kbps)}k",
+            ]
         if self.keyframe_seconds:
             args += ["-force_key_frames", f"expr:gte(t,n_forced*{_num(self.keyframe_seconds)})"]
             if self.encoder == "libx264":
@@ -114,15 +156,23 @@ def fit_short_side(width: int, height: int, short_side: int) -> tuple[int, int]:
 def _fit_box(width: int, height: int) -> str:
     """Scale into a width x height box keeping the aspect ratio, letterboxed, square pixels."""
     w, h = int(width), int(height)
-    return (f"scale={w}:{h}:force_original_aspect_ratio=decrease,"
-            f"pad={w}:{h}:(ow-iw)/2:(oh-ih)/2,setsar=1")
+    return f"scale={w}:{h}:force_original_aspect_ratio=decrease,pad={w}:{h}:(ow-iw)/2:(oh-ih)/2,setsar=1"
 
 
 # --- single-input encodes ---------------------------------------------------------------------
 
-def encode_video(src: Path, dst: Path, *, encoding: VideoEncoding, audio_kbps: int = 128,
-                 size: tuple[int, int] | None = None, start: float | None = None, duration: float | None = None,
-                 ffmpeg: str | None = None) -> list[str]:
+
+def encode_video(
+    src: Path,
+    dst: Path,
+    *,
+    encoding: VideoEncoding,
+    audio_kbps: int = 128,
+    size: tuple[int, int] | None = None,
+    start: float | None = None,
+    duration: float | None = None,
+    ffmpeg: str | None = None,
+) -> list[str]:
     """Re-encode one input to MP4 (H.264 + AAC, +faststart), optionally scaled and/or trimmed.
 
     Used by reencode_streaming, transcode renditions and clip cuts. Audio is mapped if present.
@@ -143,60 +193,147 @@ def encode_video(src: Path, dst: Path, *, encoding: VideoEncoding, audio_kbps: i
     return argv
 
 
-def reencode_streaming(src: Path, dst: Path, *, encoder: str = "libx264", preset: str = "medium", crf: int = 23,
-                       target_bitrate_kbps: int = 2000, audio_kbps: int = 128, size: tuple[int, int] | None = None,
-                       ffmpeg: str | None = None) -> list[str]:
+def reencode_streaming(
+    src: Path,
+    dst: Path,
+    *,
+    encoder: str = "libx264",
+    preset: str = "medium",
+    crf: int = 23,
+    target_bitrate_kbps: int = 2000,
+    audio_kbps: int = 128,
+    size: tuple[int, int] | None = None,
+    ffmpeg: str | None = None,
+) -> list[str]:
     """H.264 with maxrate = target bitrate and bufsize = twice that, AAC, +faststart."""
     encoding = VideoEncoding(encoder, preset, crf, target_bitrate_kbps, 2 * target_bitrate_kbps)
     return encode_video(src, dst, encoding=encoding, audio_kbps=audio_kbps, size=size, ffmpeg=ffmpeg)
 
 
-def rendition(src: Path, dst: Path, *, width: int, height: int, video_bitrate_kbps: int, segment_seconds: float,
-              encoder: str = "libx264", preset: str = "veryfast", crf: int = 23, audio_kbps: int = 128,
-              ffmpeg: str | None = None) -> list[str]:
+def rendition(
+    src: Path,
+    dst: Path,
+    *,
+    width: int,
+    height: int,
+    video_bitrate_kbps: int,
+    segment_seconds: float,
+    encoder: str = "libx264",
+    preset: str = "veryfast",
+    crf: int = 23,
+    audio_kbps: int = 128,
+    ffmpeg: str | None = None,
+) -> list[str]:
     """One ladder rung: scaled, capped at its bitrate, keyframes every segment for HLS."""
-    encoding = VideoEncoding(encoder, preset, crf, video_bitrate_kbps, 2 * video_bitrate_kbps, segment_seconds)
-    return encode_video(src, dst, encoding=encoding, audio_kbps=audio_kbps, size=(width, height), ffmpeg=ffmpeg)
+    encoding = VideoEncoding(
+        encoder, preset, crf, video_bitrate_kbps, 2 * video_bitrate_kbps, segment_seconds
+    )
+    return encode_video(
+        src, dst, encoding=encoding, audio_kbps=audio_kbps, size=(width, height), ffmpeg=ffmpeg
+    )
 
 
-def hls_package(src: Path, out_dir: Path, *, segment_seconds: float, playlist_name: str = "index.m3u8",
-                ffmpeg: str | None = None) -> list[str]:
+def hls_package(
+    src: Path,
+    out_dir: Path,
+    *,
+    segment_seconds: float,
+    playlist_name: str = "index.m3u8",
+    ffmpeg: str | None = None,
+) -> list[str]:
     """Remux (no re-encode) an MP4 rendition into an HLS VOD playlist with MPEG-TS segments."""
     out = _path(out_dir)
     if "%" in out:
         raise ValueError("HLS output directory must not contain '%'")  # it would corrupt the segment pattern
     return base_args(ffmpeg) + [
-        "-i", _path(src), "-map", "0", "-c", "copy", "-f", "hls",
-        "-hls_time", _num(segment_seconds), "-hls_playlist_type", "vod", "-hls_flags", "independent_segments",
-        "-hls_segment_type", "mpegts", "-hls_segment_filename", f"{out}/seg_%05d.ts",
+        "-i",
+        _path(src),
+        "-map",
+        "0",
+        "-c",
+        "copy",
+        "-f",
+        "hls",
+        "-hls_time",
+        _num(segment_seconds),
+        "-hls_playlist_type",
+        "vod",
+        "-hls_flags",
+        "independent_segments",
+        "-hls_segment_type",
+        "mpegts",
+        "-hls_segment_filename",
+        f"{out}/seg_%05d.ts",
         f"{out}/{playlist_name}",
     ]
 
 
-def thumbnail(src: Path, dst: Path, *, timestamp: float, width: int, quality: int = 3,
-              ffmpeg: str | None = None) -> list[str]:
+def thumbnail(
+    src: Path, dst: Path, *, timestamp: float, width: int, quality: int = 3, ffmpeg: str | None = None
+) -> list[str]:
     """One JPEG frame at `timestamp`, scaled to `width` (height keeps the aspect, even)."""
     return base_args(ffmpeg) + [
-        "-ss", _num(timestamp), "-i", _path(src), "-map", "0:v:0", "-frames:v", "1",
-        "-vf", f"scale={int(width)}:-2", "-q:v", str(int(quality)), "-update", "1", "-f", "image2", _path(dst),
+        "-ss",
+        _num(timestamp),
+        "-i",
+        _path(src),
+        "-map",
+        "0:v:0",
+        "-frames:v",
+        "1",
+        "-vf",
+        f"scale={int(width)}:-2",
+        "-q:v",
+        str(int(quality)),
+        "-update",
+        "1",
+        "-f",
+        "image2",
+        _path(dst),
     ]
 
 
-def gif(src: Path, dst: Path, *, start: float, duration: float, width: int, fps: int, max_colors: int = 256,
-        dither: str = "sierra2_4a", ffmpeg: str | None = None) -> list[str]:
+def gif(
+    src: Path,
+    dst: Path,
+    *,
+    start: float,
+    duration: float,
+    width: int,
+    fps: int,
+    max_colors: int = 256,
+    dither: str = "sierra2_4a",
+    ffmpeg: str | None = None,
+) -> list[str]:
     """A GIF with a palette computed from the segment itself (palettegen) and applied (paletteuse)."""
     if dither not in ("sierra2_4a", "bayer", "floyd_steinberg", "none"):
         raise ValueError(f"unknown dither {dither!r}")
-    graph = (f"[0:v]fps={int(fps)},scale={int(width)}:-1:flags=lanczos,split[a][b];"
-             f"[a]palettegen=max_colors={int(max_colors)}[p];[b][p]paletteuse=dither={dither}[v]")
+    graph = (
+        f"[0:v]fps={int(fps)},scale={int(width)}:-1:flags=lanczos,split[a][b];"
+        f"[a]palettegen=max_colors={int(max_colors)}[p];[b][p]paletteuse=dither={dither}[v]"
+    )
     argv = base_args(ffmpeg)
     if start:
         argv += ["-ss", _num(start)]
-    return argv + ["-t", _num(duration), "-i", _path(src), "-filter_complex", graph, "-map", "[v]",
-                   "-loop", "0", "-f", "gif", _path(dst)]
+    return argv + [
+        "-t",
+        _num(duration),
+        "-i",
+        _path(src),
+        "-filter_complex",
+        graph,
+        "-map",
+        "[v]",
+        "-loop",
+        "0",
+        "-f",
+        "gif",
+        _path(dst),
+    ]
 
 
 # --- multi-input compositions -----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -208,8 +345,17 @@ class Segment:
     has_audio: bool = True
 
 
-def concat(segments: list[Segment], dst: Path, *, width: int, height: int, fps: int, encoding: VideoEncoding,
-           audio_kbps: int = 128, ffmpeg: str | None = None) -> list[str]:
+def concat(
+    segments: list[Segment],
+    dst: Path,
+    *,
+    width: int,
+    height: int,
+    fps: int,
+    encoding: VideoEncoding,
+    audio_kbps: int = 128,
+    ffmpeg: str | None = None,
+) -> list[str]:
     """Concatenate segments of any sizes, rates and audio layouts into one MP4.
 
     Each segment is letterboxed into width x height at `fps`; if any segment has audio, the silent
@@ -229,8 +375,14 @@ def concat(segments: list[Segment], dst: Path, *, width: int, height: int, fps: 
     if any_audio:
         for i, seg in enumerate(segments):
             if not seg.has_audio:
-                argv += ["-f", "lavfi", "-t", _num(seg.duration), "-i",
-                         f"anullsrc=channel_layout=stereo:sample_rate={AUDIO_RATE}"]
+                argv += [
+                    "-f",
+                    "lavfi",
+                    "-t",
+                    _num(seg.duration),
+                    "-i",
+                    f"anullsrc=channel_layout=stereo:sample_rate={AUDIO_RATE}",
+                ]
                 silence_index[i] = next_input
                 next_input += 1
     chains = []
@@ -241,11 +393,15 @@ def concat(segments: list[Segment], dst: Path, *, width: int, height: int, fps: 
         if any_audio:
             source = silence_index.get(i, i)
             dur = _num(seg.duration)
-            chains.append(f"[{source}:a]aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,"
-                          f"apad=whole_dur={dur},atrim=end={dur}[a{i}]")
+            chains.append(
+                f"[{source}:a]aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,"
+                f"apad=whole_dur={dur},atrim=end={dur}[a{i}]"
+            )
             pads.append(f"[a{i}]")
     n = len(segments)
-    chains.append("".join(pads) + f"concat=n={n}:v=1:a={1 if any_audio else 0}[cv]" + ("[a]" if any_audio else ""))
+    chains.append(
+        "".join(pads) + f"concat=n={n}:v=1:a={1 if any_audio else 0}[cv]" + ("[a]" if any_audio else "")
+    )
     chains.append(f"[cv]{encoding.filter_tail()}[v]")
     argv += ["-filter_complex", ";".join(chains), "-map", "[v]"]
     if any_audio:
@@ -271,9 +427,20 @@ def grid_layout(count: int, columns: int, cell_width: int, cell_height: int) -> 
     return "|".join(cells)
 
 
-def grid(inputs: list[GridInput], dst: Path, *, columns: int, cell_width: int, cell_height: int, fps: int,
-         encoding: VideoEncoding, duration: str = "shortest", audio: str = "mix", audio_kbps: int = 128,
-         ffmpeg: str | None = None) -> list[str]:
+def grid(
+    inputs: list[GridInput],
+    dst: Path,
+    *,
+    columns: int,
+    cell_width: int,
+    cell_height: int,
+    fps: int,
+    encoding: VideoEncoding,
+    duration: str = "shortest",
+    audio: str = "mix",
+    audio_kbps: int = 128,
+    ffmpeg: str | None = None,
+) -> list[str]:
     """Inputs tiled in a grid with xstack (compile_quad: 4 inputs, 2 columns; compile_mega: more).
 
     duration "shortest" stops with the shortest input; "longest" freezes the last frame of shorter
@@ -299,19 +466,25 @@ def grid(inputs: list[GridInput], dst: Path, *, columns: int, cell_width: int, c
         chains.append(f"[v0]{encoding.filter_tail()}[v]")
     else:
         layout = grid_layout(len(inputs), columns, cell_width, cell_height)
-        chains.append("".join(f"[v{i}]" for i in range(len(inputs)))
-                      + f"xstack=inputs={len(inputs)}:layout={layout}:fill=black:shortest=1,"
-                      f"{encoding.filter_tail()}[v]")
+        chains.append(
+            "".join(f"[v{i}]" for i in range(len(inputs)))
+            + f"xstack=inputs={len(inputs)}:layout={layout}:fill=black:shortest=1,"
+            f"{encoding.filter_tail()}[v]"
+        )
     audio_sources = [i for i, item in enumerate(inputs) if item.has_audio]
     with_audio = audio != "none" and bool(audio_sources)
     if with_audio:
         if audio == "first" or len(audio_sources) == 1:
-            chains.append(f"[{audio_sources[0]}:a]aresample={AUDIO_RATE},"
-                          f"aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]")
+            chains.append(
+                f"[{audio_sources[0]}:a]aresample={AUDIO_RATE},"
+                f"aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]"
+            )
         else:
-            chains.append("".join(f"[{i}:a]" for i in audio_sources)
-                          + f"amix=inputs={len(audio_sources)}:duration=longest:normalize=1,"
-                          f"aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]")
+            chains.append(
+                "".join(f"[{i}:a]" for i in audio_sources)
+                + f"amix=inputs={len(audio_sources)}:duration=longest:normalize=1,"
+                f"aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]"
+            )
     argv += ["-filter_complex", ";".join(chains), "-map", "[v]"]
     if with_audio:
         argv += ["-map", "[a]"]
@@ -329,22 +502,41 @@ SCORES_FILE = "scene_scores.txt"
 LOUDNESS_FILE = "loudness.txt"
 
 
-def scene_detect(src: Path, *, threshold: float, min_scene_seconds: float, max_scenes: int, thumb_width: int,
-                 with_images: bool = True, ffmpeg: str | None = None) -> list[str]:
+def scene_detect(
+    src: Path,
+    *,
+    threshold: float,
+    min_scene_seconds: float,
+    max_scenes: int,
+    thumb_width: int,
+    with_images: bool = True,
+    ffmpeg: str | None = None,
+) -> list[str]:
     """Scene starts with a keyframe JPEG each, in one decoding pass. Run with cwd = the output
     directory: it writes SCENE_METADATA_FILE (pts_time + lavfi.scene_score per selected frame) and,
     with `with_images`, SCENE_IMAGE_PATTERN there. The first frame always starts scene 1; a later
     frame starts a scene when its scene-change score exceeds `threshold` and the current scene is
     at least `min_scene_seconds` long."""
-    select = (f"select='isnan(prev_selected_t)+gt(scene,{_num(threshold)})"
-              f"*gte(t-prev_selected_t,{_num(min_scene_seconds)})'")
+    select = (
+        f"select='isnan(prev_selected_t)+gt(scene,{_num(threshold)})"
+        f"*gte(t-prev_selected_t,{_num(min_scene_seconds)})'"
+    )
     graph = f"{select},metadata=mode=print:file={SCENE_METADATA_FILE}"
     argv = base_args(ffmpeg) + ["-i", _path(src), "-map", "0:v:0", "-an", "-sn"]
     if not with_images:
         return argv + ["-vf", graph, "-f", "null", "-"]
     return argv + [
-        "-vf", f"{graph},scale={int(thumb_width)}:-2", "-fps_mode", "vfr",
-        "-frames:v", str(int(max_scenes)), "-q:v", "3", "-f", "image2", SCENE_IMAGE_PATTERN,
+        "-vf",
+        f"{graph},scale={int(thumb_width)}:-2",
+        "-fps_mode",
+        "vfr",
+        "-frames:v",
+        str(int(max_scenes)),
+        "-q:v",
+        "3",
+        "-f",
+        "image2",
+        SCENE_IMAGE_PATTERN,
     ]
 
 
@@ -352,19 +544,42 @@ def analyze_signals(src: Path, *, has_audio: bool, fps: float = 10.0, ffmpeg: st
     """Measure per-frame scene-change scores (motion and cuts) on a small, `fps`-sampled picture and,
     if there is audio, momentary loudness (EBU R128, every 100 ms). Run with cwd = the output
     directory: writes SCORES_FILE and LOUDNESS_FILE there; the encoded output is discarded."""
-    chains = [f"[0:v]fps={_num(fps)},scale=160:-2,select='gte(scene,0)',"
-              f"metadata=mode=print:key=lavfi.scene_score:file={SCORES_FILE}[v]"]
+    chains = [
+        f"[0:v]fps={_num(fps)},scale=160:-2,select='gte(scene,0)',"
+        f"metadata=mode=print:key=lavfi.scene_score:file={SCORES_FILE}[v]"
+    ]
     maps = ["-map", "[v]"]
     if has_audio:
-        chains.append(f"[0:a]ebur128=metadata=1,ametadata=mode=print:key=lavfi.r128.M:file={LOUDNESS_FILE}[a]")
+        chains.append(
+            f"[0:a]ebur128=metadata=1,ametadata=mode=print:key=lavfi.r128.M:file={LOUDNESS_FILE}[a]"
+        )
         maps += ["-map", "[a]"]
-    return base_args(ffmpeg) + ["-i", _path(src), "-filter_complex", ";".join(chains), *maps, "-f", "null", "-"]
+    return base_args(ffmpeg) + [
+        "-i",
+        _path(src),
+        "-filter_complex",
+        ";".join(chains),
+        *maps,
+        "-f",
+        "null",
+        "-",
+    ]
 
 
 # --- generated clips (tests, demo seeding) ------------------------------------------------------
 
-def synthetic_clip(dst: Path, *, width: int = 320, height: int = 180, seconds: float = 2.0, fps: int = 25,
-              audio: bool = True, scenes: bool = False, ffmpeg: str | None = None) -> list[str]:
+
+def synthetic_clip(
+    dst: Path,
+    *,
+    width: int = 320,
+    height: int = 180,
+    seconds: float = 2.0,
+    fps: int = 25,
+    audio: bool = True,
+    scenes: bool = False,
+    ffmpeg: str | None = None,
+) -> list[str]:
     """A synthetic H.264/AAC MP4 from lavfi `testsrc2` + `sine`. With `scenes`, three visually distinct
     parts (testsrc2, smptebars, a solid colour) and loud audio only in the middle part, so scene
     detection and loudness measurements have something to find."""
@@ -372,20 +587,29 @@ def synthetic_clip(dst: Path, *, width: int = 320, height: int = 180, seconds: f
     argv = [ffmpeg or ffmpeg_path(), "-nostdin", "-nostats", "-hide_banner", "-loglevel", "error", "-y"]
     if scenes:
         part = _num(seconds / 3)
-        graph = (f"testsrc2=size={size}:rate={int(fps)}:duration={part}[a];"
-                 f"smptebars=size={size}:rate={int(fps)}:duration={part}[b];"
-                 f"color=c=0x3060c0:size={size}:rate={int(fps)}:duration={part}[c];"
-                 "[a][b][c]concat=n=3:v=1:a=0[v]")
+        graph = (
+            f"testsrc2=size={size}:rate={int(fps)}:duration={part}[a];"
+            f"smptebars=size={size}:rate={int(fps)}:duration={part}[b];"
+            f"color=c=0x3060c0:size={size}:rate={int(fps)}:duration={part}[c];"
+            "[a][b][c]concat=n=3:v=1:a=0[v]"
+        )
         maps = ["-map", "[v]"]
         if audio:
-            graph += (f";sine=frequency=440:sample_rate={AUDIO_RATE}:duration={_num(seconds)},"
-                      f"volume='if(between(t,{part},{_num(2 * seconds / 3)}),1,0.02)':eval=frame[s]")
+            graph += (
+                f";sine=frequency=440:sample_rate={AUDIO_RATE}:duration={_num(seconds)},"
+                f"volume='if(between(t,{part},{_num(2 * seconds / 3)}),1,0.02)':eval=frame[s]"
+            )
             maps += ["-map", "[s]"]
         argv += ["-filter_complex", graph, *maps]
     else:
         argv += ["-f", "lavfi", "-i", f"testsrc2=size={size}:rate={int(fps)}:duration={_num(seconds)}"]
         if audio:
-            argv += ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate={AUDIO_RATE}:duration={_num(seconds)}"]
+            argv += [
+                "-f",
+                "lavfi",
+                "-i",
+                f"sine=frequency=440:sample_rate={AUDIO_RATE}:duration={_num(seconds)}",
+            ]
     argv += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-g", str(int(fps))]
     argv += ["-c:a", "aac", "-b:a", "64k"] if audio else ["-an"]
     return argv + ["-t", _num(seconds), "-movflags", "+faststart", _path(dst)]

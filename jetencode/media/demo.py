@@ -24,7 +24,9 @@ DEMO_CLIPS: dict[str, dict] = {
 }
 
 
-def seed_demo_clips(media_root: Path | None = None, *, overwrite: bool = False, timeout: float = 120) -> list[str]:
+def seed_demo_clips(
+    media_root: Path | None = None, *, overwrite: bool = False, timeout: float = 120
+) -> list[str]:
     """Create the missing demo clips (in parallel); returns the media-root-relative paths written."""
     root = Path(media_root) if media_root is not None else configured_media_root()
     running = []
@@ -35,8 +37,12 @@ def seed_demo_clips(media_root: Path | None = None, *, overwrite: bool = False, 
         dest.parent.mkdir(parents=True, exist_ok=True)
         # Written under a temporary name and renamed: a scan never sees half a clip.
         partial = dest.with_name(f".{dest.stem}.partial{dest.suffix}")
-        proc = subprocess.Popen(commands.synthetic_clip(partial.resolve(), **kwargs), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            commands.synthetic_clip(partial.resolve(), **kwargs),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         running.append((rel, dest, partial, proc))
     written = []
     for rel, dest, partial, proc in running:

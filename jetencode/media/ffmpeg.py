@@ -22,7 +22,18 @@ from typing import Any
 from django.conf import settings
 
 # Name suffixes of FFmpeg's hardware encoder wrappers.
-HARDWARE_SUFFIXES = ("_nvenc", "_qsv", "_vaapi", "_videotoolbox", "_amf", "_v4l2m2m", "_mf", "_omx", "_rkmpp", "_vulkan")
+HARDWARE_SUFFIXES = (
+    "_nvenc",
+    "_qsv",
+    "_vaapi",
+    "_videotoolbox",
+    "_amf",
+    "_v4l2m2m",
+    "_mf",
+    "_omx",
+    "_rkmpp",
+    "_vulkan",
+)
 # Only these are used by the handlers (all output is H.264); the others are listed for the catalog.
 H264_HARDWARE_PREFERENCE = ("h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videotoolbox", "h264_amf")
 TEST_ENCODE_TIMEOUT = 30.0
@@ -72,7 +83,9 @@ def ffprobe_path() -> str | None:
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
+    )
 
 
 def ffmpeg_version(ffmpeg: str | None = None) -> str:

@@ -38,7 +38,9 @@ def ladder_for(source_short_side: int, requested: list[dict] | None = None) -> l
     chosen = []
     for side, kbps in sorted(rungs, key=lambda r: -r[0]):
         if side <= source_short_side:
-            chosen.append({"name": f"{side}p", "height": side, "video_bitrate_kbps": kbps or default_bitrate_kbps(side)})
+            chosen.append(
+                {"name": f"{side}p", "height": side, "video_bitrate_kbps": kbps or default_bitrate_kbps(side)}
+            )
     if not chosen:
         side = source_short_side
         chosen.append({"name": f"{side}p", "height": side, "video_bitrate_kbps": default_bitrate_kbps(side)})

@@ -65,63 +65,196 @@ def _t(name, description, model, category, vram, gpu_path, stages, outputs) -> J
 JOB_TYPES: dict[str, JobType] = {
     jt.name: jt
     for jt in [
-        _t("noop", "Sleeps, optionally fails its first attempts and spawns children: a scheduler test job.",
-           p.NoopParams, "cpu", 0, False, ["noop"], "none"),
-        _t("transcode",
-           "Adaptive-bitrate ladder (H.264 + AAC) packaged as HLS with a master playlist, plus a thumbnail.",
-           p.TranscodeParams, "gpu_encode", 4000, True,
-           ["transcode", "transcode.rendition", "transcode.thumbnail", "transcode.package", "transcode.upload"],
-           "renditions/<name>.mp4, hls/master.m3u8, hls/<name>/index.m3u8 + segments, thumbnail.jpg"),
-        _t("scan", "Walk a directory under the media root, create assets for new videos, validate each.",
-           p.ScanParams, "cpu", 0, False, ["scan", "validate"], "media-library assets"),
-        _t("public_scan", "Scan the public gallery directory (same as scan, default directory 'public').",
-           p.PublicScanParams, "cpu", 0, False, ["public_scan", "validate"], "media-library assets"),
-        _t("validate", "Probe a video and store its metadata on its asset; mark it valid or invalid.",
-           p.ValidateParams, "cpu", 0, False, ["validate"], "asset metadata"),
-        _t("reencode_streaming", "Re-encode for web playback: H.264 + AAC 128k, +faststart; adds a library asset.",
-           p.ReencodeStreamingParams, "gpu_encode", 4000, True,
-           ["reencode_streaming", "reencode_streaming.encode", "library.register"],
-           "<stem>.mp4 (faststart) and a library asset under library_directory"),
-        _t("compile_random", "Random selection from the library by orientation and duration, concatenated.",
-           p.CompileRandomParams, "gpu_encode", 2000, True, ["compile_random", "compile_random.render"],
-           "compilation.mp4, selection.json"),
-        _t("compile_quad", "Four videos in a 2x2 grid (xstack).",
-           p.CompileQuadParams, "gpu_encode", 4000, True, ["compile_quad", "compile_quad.render"], "quad.mp4"),
-        _t("compile_mega", "Many videos in a larger grid, or one long concatenation.",
-           p.CompileMegaParams, "gpu_encode", 6000, True, ["compile_mega", "compile_mega.render"], "mega.mp4"),
-        _t("compile_gif", "An animated GIF of a segment (palettegen/paletteuse).",
-           p.CompileGifParams, "cpu", 0, False, ["compile_gif"], "clip.gif"),
-        _t("digest_generate",
-           "A digest covering the whole video: the best-scoring segment of each part, by measured signals.",
-           p.DigestParams, "gpu_ai", 8000, True,
-           ["digest_generate", "digest_generate.analyze", "digest_generate.render"], "digest.mp4, segments.json"),
-        _t("clip_generate", "Cut clips from explicit ranges, the asset's scene list, or detected scenes.",
-           p.ClipGenerateParams, "gpu_ai", 6000, True,
-           ["clip_generate", "clip_generate.detect", "clip_generate.cut"], "clips/clip_NNN.mp4"),
-        _t("highlight_generate",
-           "A highlight reel: the most intense segments by measured signals (scene cuts, motion, loudness).",
-           p.HighlightParams, "gpu_ai", 8000, True,
-           ["highlight_generate", "highlight_generate.analyze", "highlight_generate.render"],
-           "highlight.mp4, segments.json"),
-        _t("tag_generation",
-           "Tags measured from the file (resolution, orientation, duration, audio, scene density, motion); "
-           "measured, not learned.",
-           p.TagParams, "gpu_ai", 6000, False, ["tag_generation", "tag_generation.analyze", "library.update"],
-           "tags.json (and the asset's tags)"),
-        _t("scene_extract", "FFmpeg scene-change detection: a scene list with a keyframe image per scene.",
-           p.SceneExtractParams, "gpu_ai", 8000, False, ["scene_extract", "scene_extract.detect", "library.update"],
-           "scenes.json, scenes/scene_NNNN.jpg"),
-        _t("thumbnail_generate", "One JPEG at a timestamp (default 25% of the duration) scaled to a width.",
-           p.ThumbnailParams, "cpu", 0, False, ["thumbnail_generate", "library.update"], "thumbnail.jpg"),
-        _t("move_to_library", "Move a file from an inbox directory to a library directory, updating its asset.",
-           p.MoveToLibraryParams, "cpu", 0, False, ["move_to_library"], "the moved file and its asset"),
+        _t(
+            "noop",
+            "Sleeps, optionally fails its first attempts and spawns children: a scheduler test job.",
+            p.NoopParams,
+            "cpu",
+            0,
+            False,
+            ["noop"],
+            "none",
+        ),
+        _t(
+            "transcode",
+            "Adaptive-bitrate ladder (H.264 + AAC) packaged as HLS with a master playlist, plus a thumbnail.",
+            p.TranscodeParams,
+            "gpu_encode",
+            4000,
+            True,
+            [
+                "transcode",
+                "transcode.rendition",
+                "transcode.thumbnail",
+                "transcode.package",
+                "transcode.upload",
+            ],
+            "renditions/<name>.mp4, hls/master.m3u8, hls/<name>/index.m3u8 + segments, thumbnail.jpg",
+        ),
+        _t(
+            "scan",
+            "Walk a directory under the media root, create assets for new videos, validate each.",
+            p.ScanParams,
+            "cpu",
+            0,
+            False,
+            ["scan", "validate"],
+            "media-library assets",
+        ),
+        _t(
+            "public_scan",
+            "Scan the public gallery directory (same as scan, default directory 'public').",
+            p.PublicScanParams,
+            "cpu",
+            0,
+            False,
+            ["public_scan", "validate"],
+            "media-library assets",
+        ),
+        _t(
+            "validate",
+            "Probe a video and store its metadata on its asset; mark it valid or invalid.",
+            p.ValidateParams,
+            "cpu",
+            0,
+            False,
+            ["validate"],
+            "asset metadata",
+        ),
+        _t(
+            "reencode_streaming",
+            "Re-encode for web playback: H.264 + AAC 128k, +faststart; adds a library asset.",
+            p.ReencodeStreamingParams,
+            "gpu_encode",
+            4000,
+            True,
+            ["reencode_streaming", "reencode_streaming.encode", "library.register"],
+            "<stem>.mp4 (faststart) and a library asset under library_directory",
+        ),
+        _t(
+            "compile_random",
+            "Random selection from the library by orientation and duration, concatenated.",
+            p.CompileRandomParams,
+            "gpu_encode",
+            2000,
+            True,
+            ["compile_random", "compile_random.render"],
+            "compilation.mp4, selection.json",
+        ),
+        _t(
+            "compile_quad",
+            "Four videos in a 2x2 grid (xstack).",
+            p.CompileQuadParams,
+            "gpu_encode",
+            4000,
+            True,
+            ["compile_quad", "compile_quad.render"],
+            "quad.mp4",
+        ),
+        _t(
+            "compile_mega",
+            "Many videos in a larger grid, or one long concatenation.",
+            p.CompileMegaParams,
+            "gpu_encode",
+            6000,
+            True,
+            ["compile_mega", "compile_mega.render"],
+            "mega.mp4",
+        ),
+        _t(
+            "compile_gif",
+            "An animated GIF of a segment (palettegen/paletteuse).",
+            p.CompileGifParams,
+            "cpu",
+            0,
+            False,
+            ["compile_gif"],
+            "clip.gif",
+        ),
+        _t(
+            "digest_generate",
+            "A digest covering the whole video: the best-scoring segment of each part, by measured signals.",
+            p.DigestParams,
+            "gpu_ai",
+            8000,
+            True,
+            ["digest_generate", "digest_generate.analyze", "digest_generate.render"],
+            "digest.mp4, segments.json",
+        ),
+        _t(
+            "clip_generate",
+            "Cut clips from explicit ranges, the asset's scene list, or detected scenes.",
+            p.ClipGenerateParams,
+            "gpu_ai",
+            6000,
+            True,
+            ["clip_generate", "clip_generate.detect", "clip_generate.cut"],
+            "clips/clip_NNN.mp4",
+        ),
+        _t(
+            "highlight_generate",
+            "A highlight reel: the most intense segments by measured signals (scene cuts, motion, loudness).",
+            p.HighlightParams,
+            "gpu_ai",
+            8000,
+            True,
+            ["highlight_generate", "highlight_generate.analyze", "highlight_generate.render"],
+            "highlight.mp4, segments.json",
+        ),
+        _t(
+            "tag_generation",
+            "Tags measured from the file (resolution, orientation, duration, audio, scene density, motion); "
+            "measured, not learned.",
+            p.TagParams,
+            "gpu_ai",
+            6000,
+            False,
+            ["tag_generation", "tag_generation.analyze", "library.update"],
+            "tags.json (and the asset's tags)",
+        ),
+        _t(
+            "scene_extract",
+            "FFmpeg scene-change detection: a scene list with a keyframe image per scene.",
+            p.SceneExtractParams,
+            "gpu_ai",
+            8000,
+            False,
+            ["scene_extract", "scene_extract.detect", "library.update"],
+            "scenes.json, scenes/scene_NNNN.jpg",
+        ),
+        _t(
+            "thumbnail_generate",
+            "One JPEG at a timestamp (default 25% of the duration) scaled to a width.",
+            p.ThumbnailParams,
+            "cpu",
+            0,
+            False,
+            ["thumbnail_generate", "library.update"],
+            "thumbnail.jpg",
+        ),
+        _t(
+            "move_to_library",
+            "Move a file from an inbox directory to a library directory, updating its asset.",
+            p.MoveToLibraryParams,
+            "cpu",
+            0,
+            False,
+            ["move_to_library"],
+            "the moved file and its asset",
+        ),
     ]
 }
 
 
 def _unknown_type(job_type: str) -> ParamsError:
-    return ParamsError([{"field": "type", "message": f"unknown job type {job_type!r}; expected one of: "
-                         + ", ".join(sorted(JOB_TYPES))}])
+    return ParamsError(
+        [
+            {
+                "field": "type",
+                "message": f"unknown job type {job_type!r}; expected one of: " + ", ".join(sorted(JOB_TYPES)),
+            }
+        ]
+    )
 
 
 def get_job_type(job_type: str) -> JobType:
@@ -140,7 +273,7 @@ def _message(error: dict) -> str:
     # pydantic prefixes our own ValueErrors; the prefix says nothing to an API user.
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):
-            message = message[len(prefix):]
+            message = message[len(prefix) :]
     return message
 
 
@@ -154,7 +287,9 @@ def parse_params(job_type: str, params: dict[str, Any] | None) -> p.Params:
     try:
         return jt.params_model.model_validate(params)
     except ValidationError as exc:
-        raise ParamsError([{"field": _field_name(e["loc"]), "message": _message(e)} for e in exc.errors()]) from None
+        raise ParamsError(
+            [{"field": _field_name(e["loc"]), "message": _message(e)} for e in exc.errors()]
+        ) from None
 
 
 def validate_params(job_type: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -178,8 +313,13 @@ class ResourceChoice:
         return asdict(self)
 
 
-def resolve_resource(job_type: str, hardware: str = "auto", override_category: str | None = None,
-                     override_vram: int | None = None, worker_catalog: dict[str, Any] | None = None) -> ResourceChoice:
+def resolve_resource(
+    job_type: str,
+    hardware: str = "auto",
+    override_category: str | None = None,
+    override_vram: int | None = None,
+    worker_catalog: dict[str, Any] | None = None,
+) -> ResourceChoice:
     """Resource category, VRAM and encoder for the GPU-capable stage of a job (DECISIONS 8).
 
     At submission (no `worker_catalog`) the result is the requirement on the job's dispatch:
@@ -199,9 +339,13 @@ def resolve_resource(job_type: str, hardware: str = "auto", override_category: s
     if hardware not in HARDWARE_CHOICES:
         errors.append({"field": "hardware", "message": f"must be one of {', '.join(HARDWARE_CHOICES)}"})
     if override_category is not None and override_category not in RESOURCE_CATEGORIES:
-        errors.append({"field": "resource_category", "message": f"must be one of {', '.join(RESOURCE_CATEGORIES)}"})
+        errors.append(
+            {"field": "resource_category", "message": f"must be one of {', '.join(RESOURCE_CATEGORIES)}"}
+        )
     if override_vram is not None and (
-        isinstance(override_vram, bool) or not isinstance(override_vram, int) or not 0 <= override_vram <= MAX_VRAM_MB
+        isinstance(override_vram, bool)
+        or not isinstance(override_vram, int)
+        or not 0 <= override_vram <= MAX_VRAM_MB
     ):
         errors.append({"field": "vram_mb", "message": f"must be an integer between 0 and {MAX_VRAM_MB}"})
     if override_category == "cpu" and override_vram:
@@ -222,7 +366,9 @@ def resolve_resource(job_type: str, hardware: str = "auto", override_category: s
         else:
             vram = CATEGORY_DEFAULT_VRAM[override_category]
         encoder = (hw_encoder or cpu_encoder) if jt.gpu_path else cpu_encoder
-        return ResourceChoice(override_category, vram, True, encoder, f"resource_category override: {override_category}")
+        return ResourceChoice(
+            override_category, vram, True, encoder, f"resource_category override: {override_category}"
+        )
 
     def gpu_default(reason: str) -> ResourceChoice:
         vram = override_vram if override_vram is not None else jt.vram_mb
@@ -234,8 +380,10 @@ def resolve_resource(job_type: str, hardware: str = "auto", override_category: s
         return ResourceChoice("cpu", 0, False, cpu_encoder, "hardware=cpu")
     if hardware == "gpu":
         if worker_catalog is not None and hw_encoder is None:
-            return gpu_default("hardware=gpu, but this worker's FFmpeg has no confirmed H.264 hardware encoder; "
-                               "encoding with libx264 on the GPU reservation")
+            return gpu_default(
+                "hardware=gpu, but this worker's FFmpeg has no confirmed H.264 hardware encoder; "
+                "encoding with libx264 on the GPU reservation"
+            )
         return gpu_default("hardware=gpu")
     # auto
     if worker_catalog is None:

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from jetencode.media.paths import UnsafePathError, check_relative, resolve_media_path
 
-Preset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
+Preset = Literal[
+    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
+]
 Orientation = Literal["any", "landscape", "portrait", "square"]
 
 MAX_SECONDS = 24 * 3600.0  # no media position or length beyond a day
@@ -78,7 +80,9 @@ class SingleInput(Params):
 class MultiInput(Params):
     """Types that read several videos: exactly one of `inputs` or `video_ids`."""
 
-    inputs: list[str] | None = Field(None, max_length=MAX_INPUTS, description="Paths relative to the media root")
+    inputs: list[str] | None = Field(
+        None, max_length=MAX_INPUTS, description="Paths relative to the media root"
+    )
     video_ids: list[uuid.UUID] | None = Field(None, max_length=MAX_INPUTS)
 
     @field_validator("inputs")
@@ -106,6 +110,7 @@ class EncodeOptions(Params):
 
 # --- noop -------------------------------------------------------------------------------------
 
+
 class NoopParams(Params):
     seconds: float = Field(0.0, ge=0, le=3600, description="How long to sleep")
     fail_attempts: int = Field(0, ge=0, le=20, description="Fail attempts 1..N, then succeed")
@@ -114,8 +119,11 @@ class NoopParams(Params):
 
 # --- transcode --------------------------------------------------------------------------------
 
+
 class Rendition(Params):
-    height: int = Field(ge=144, le=4320, description="Lines of the shorter side: 720 means 720p, landscape or portrait")
+    height: int = Field(
+        ge=144, le=4320, description="Lines of the shorter side: 720 means 720p, landscape or portrait"
+    )
     video_bitrate_kbps: VideoKbps | None = Field(None, description="Peak video bitrate; default by height")
 
     @field_validator("height")
@@ -128,8 +136,11 @@ class Rendition(Params):
 
 class TranscodeParams(EncodeOptions, SingleInput):
     ladder: list[Rendition] | None = Field(
-        None, min_length=1, max_length=8,
-        description="Renditions; default 1080/720/480/360 capped at the source resolution")
+        None,
+        min_length=1,
+        max_length=8,
+        description="Renditions; default 1080/720/480/360 capped at the source resolution",
+    )
     segment_seconds: float = Field(4.0, ge=1, le=30, description="HLS segment length (keyframe interval)")
     thumbnail_width: Width = 640
     thumbnail_at: Seconds | None = Field(None, description="Thumbnail position; default 25% of the duration")
@@ -144,8 +155,11 @@ class TranscodeParams(EncodeOptions, SingleInput):
 
 # --- library ------------------------------------------------------------------------------------
 
+
 class ScanParams(Params):
-    directory: str = Field("videos", description="Directory under the media root to walk", validate_default=True)
+    directory: str = Field(
+        "videos", description="Directory under the media root to walk", validate_default=True
+    )
     recursive: bool = True
     skip_existing: bool = Field(True, description="Do not re-validate files that already have a valid asset")
 
@@ -156,7 +170,9 @@ class ScanParams(Params):
 
 
 class PublicScanParams(ScanParams):
-    directory: str = Field("public", description="Directory under the media root to walk", validate_default=True)
+    directory: str = Field(
+        "public", description="Directory under the media root to walk", validate_default=True
+    )
 
 
 class ValidateParams(SingleInput):
@@ -164,7 +180,9 @@ class ValidateParams(SingleInput):
 
 
 class MoveToLibraryParams(SingleInput):
-    target_directory: str = Field("videos", description="Directory under the media root to move the file into")
+    target_directory: str = Field(
+        "videos", description="Directory under the media root to move the file into"
+    )
     overwrite: bool = False
 
     @field_validator("input")
@@ -188,10 +206,13 @@ class MoveToLibraryParams(SingleInput):
 
 # --- encode ---------------------------------------------------------------------------------------
 
+
 class ReencodeStreamingParams(EncodeOptions, SingleInput):
     preset: Preset = "medium"
     target_bitrate_kbps: VideoKbps = Field(2000, description="maxrate; bufsize is twice this")
-    max_height: int | None = Field(None, ge=144, le=4320, description="Scale down so the shorter side is at most this")
+    max_height: int | None = Field(
+        None, ge=144, le=4320, description="Scale down so the shorter side is at most this"
+    )
     library_directory: str = Field("playback", description="Library directory for the encoded asset")
 
     @field_validator("library_directory")
@@ -207,6 +228,7 @@ class ThumbnailParams(SingleInput):
 
 
 # --- compile ----------------------------------------------------------------------------------------
+
 
 class CompileOutput(EncodeOptions):
     fps: int = Field(30, ge=1, le=120)
@@ -280,8 +302,11 @@ class CompileGifParams(SingleInput):
 
 # --- analysis -------------------------------------------------------------------------------------
 
+
 class SceneExtractParams(SingleInput):
-    threshold: float = Field(0.3, ge=0.01, le=1.0, description="Scene-change score (0..1) that starts a new scene")
+    threshold: float = Field(
+        0.3, ge=0.01, le=1.0, description="Scene-change score (0..1) that starts a new scene"
+    )
     min_scene_seconds: float = Field(1.0, ge=0, le=600)
     max_scenes: int = Field(100, ge=1, le=1000)
     thumbnail_width: int = Field(320, ge=16, le=1920)
@@ -302,8 +327,11 @@ class TimeRange(Params):
 
 class ClipGenerateParams(EncodeOptions, SingleInput):
     ranges: list[TimeRange] | None = Field(
-        None, min_length=1, max_length=100,
-        description="Explicit ranges; default the asset's stored scenes, else detected scenes")
+        None,
+        min_length=1,
+        max_length=100,
+        description="Explicit ranges; default the asset's stored scenes, else detected scenes",
+    )
     threshold: float = Field(0.3, ge=0.01, le=1.0, description="Scene threshold when scenes are detected")
     min_clip_seconds: float = Field(1.0, ge=0, le=600, description="Skip detected scenes shorter than this")
     max_clips: int = Field(20, ge=1, le=100)

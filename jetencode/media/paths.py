@@ -50,7 +50,9 @@ def check_relative(rel: str, *, what: str = "path") -> PurePosixPath:
     # "subfile,,start,0,end,1,,:x", so any ':' before the first '/' is refused.
     if _SCHEME.match(rel) or "://" in rel or ":" in rel.split("/", 1)[0]:
         scheme = re.split(r"[:,]", rel, maxsplit=1)[0][:20]
-        raise UnsafePathError(f"{what} looks like a URL or FFmpeg protocol ({scheme}:); only files under the media root are allowed")
+        raise UnsafePathError(
+            f"{what} looks like a URL or FFmpeg protocol ({scheme}:); only files under the media root are allowed"
+        )
     parts = [part for part in rel.split("/") if part not in ("", ".")]
     if not parts:
         raise UnsafePathError(f"{what} must name a file or directory under the media root")
@@ -58,7 +60,9 @@ def check_relative(rel: str, *, what: str = "path") -> PurePosixPath:
         if part == "..":
             raise UnsafePathError(f"{what} must not contain '..'")
         if part.startswith("-"):
-            raise UnsafePathError(f"{what} has a name beginning with '-', which FFmpeg would read as an option")
+            raise UnsafePathError(
+                f"{what} has a name beginning with '-', which FFmpeg would read as an option"
+            )
         if len(part) > MAX_COMPONENT_CHARS:
             raise UnsafePathError(f"{what} has a name longer than {MAX_COMPONENT_CHARS} characters")
     return PurePosixPath(*parts)
@@ -68,7 +72,9 @@ def media_root() -> Path:
     return Path(settings.MEDIA_ROOT_DIR).resolve()
 
 
-def resolve_under(root: Path, rel: str, *, what: str = "path", must_exist: bool = False, kind: str | None = None) -> Path:
+def resolve_under(
+    root: Path, rel: str, *, what: str = "path", must_exist: bool = False, kind: str | None = None
+) -> Path:
     """Resolve `rel` under `root`, following symlinks, and refuse anything that lands outside it.
 
     kind: None (anything), "file" or "dir" — checked only when the path exists or must_exist.
@@ -88,7 +94,9 @@ def resolve_under(root: Path, rel: str, *, what: str = "path", must_exist: bool 
     return resolved
 
 
-def resolve_media_path(rel: str, *, must_exist: bool = False, kind: str | None = None, what: str = "path") -> Path:
+def resolve_media_path(
+    rel: str, *, must_exist: bool = False, kind: str | None = None, what: str = "path"
+) -> Path:
     """The absolute, symlink-resolved path of `rel` under JETENCODE_MEDIA_ROOT."""
     return resolve_under(media_root(), rel, what=what, must_exist=must_exist, kind=kind)
 

@@ -50,8 +50,12 @@ def _float(value: str | None) -> float | None:
 class ProgressParser:
     """Feed it stdout lines; it calls `on_sample` once per completed block."""
 
-    def __init__(self, duration_seconds: float | None, on_sample: Callable[[ProgressSample], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        duration_seconds: float | None,
+        on_sample: Callable[[ProgressSample], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.duration = duration_seconds if duration_seconds and duration_seconds > 0 else None
         self.on_sample = on_sample
         self.samples: list[ProgressSample] = []
@@ -100,7 +104,9 @@ class ProgressParser:
                 eta = remaining / speed
             elif seconds > 0:
                 eta = (self._clock() - self._started) * remaining / seconds
-        return ProgressSample(seconds, percent, speed, fps, int(frame_value) if frame_value is not None else None, eta, done)
+        return ProgressSample(
+            seconds, percent, speed, fps, int(frame_value) if frame_value is not None else None, eta, done
+        )
 
 
 class ProgressThrottle:
@@ -108,8 +114,16 @@ class ProgressThrottle:
     passed, whichever comes first, mapping 0..100 into [low, high] so a stage with several FFmpeg
     runs reports one monotonic 0..100."""
 
-    def __init__(self, report: Callable[[float, dict[str, Any] | None], None], *, low: float = 0.0, high: float = 100.0,
-                 min_step: float = 5.0, max_interval: float = 2.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        report: Callable[[float, dict[str, Any] | None], None],
+        *,
+        low: float = 0.0,
+        high: float = 100.0,
+        min_step: float = 5.0,
+        max_interval: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.report = report
         self.low, self.high = low, high
         self.min_step, self.max_interval = min_step, max_interval
@@ -120,8 +134,14 @@ class ProgressThrottle:
     def span(self, low: float, high: float) -> ProgressThrottle:
         """A throttle for the sub-range [low, high] of this one (in its own 0..100 terms)."""
         width = self.high - self.low
-        child = ProgressThrottle(self.report, low=self.low + width * low / 100.0, high=self.low + width * high / 100.0,
-                                 min_step=self.min_step, max_interval=self.max_interval, clock=self._clock)
+        child = ProgressThrottle(
+            self.report,
+            low=self.low + width * low / 100.0,
+            high=self.low + width * high / 100.0,
+            min_step=self.min_step,
+            max_interval=self.max_interval,
+            clock=self._clock,
+        )
         child._state = self._state
         return child
 

@@ -60,8 +60,14 @@ def _bucket(duration: float) -> int:
     return max(1, math.ceil(duration))
 
 
-def build_signals(duration: float, scene_scores: list[tuple[float, float]], loudness: list[tuple[float, float]],
-                  *, threshold: float, has_audio: bool) -> Signals:
+def build_signals(
+    duration: float,
+    scene_scores: list[tuple[float, float]],
+    loudness: list[tuple[float, float]],
+    *,
+    threshold: float,
+    has_audio: bool,
+) -> Signals:
     seconds = _bucket(duration)
     motion_sum = [0.0] * seconds
     motion_n = [0] * seconds
@@ -105,11 +111,16 @@ def per_second_score(signals: Signals, *, scene: float, motion: float, loudness:
     n_cuts = _normalise([float(c) for c in signals.cuts])
     n_motion = _normalise(signals.motion)
     if signals.has_audio:
-        n_loud = _normalise([(v - SILENCE_LUFS) / -SILENCE_LUFS if v is not None else 0.0 for v in signals.loudness])
+        n_loud = _normalise(
+            [(v - SILENCE_LUFS) / -SILENCE_LUFS if v is not None else 0.0 for v in signals.loudness]
+        )
     else:
         n_loud = [0.0] * len(signals.motion)
     total = scene + motion + loudness
-    return [(scene * c + motion * m + loudness * a) / total for c, m, a in zip(n_cuts, n_motion, n_loud, strict=True)]
+    return [
+        (scene * c + motion * m + loudness * a) / total
+        for c, m, a in zip(n_cuts, n_motion, n_loud, strict=True)
+    ]
 
 
 def _window_score(per_second: list[float], start: float, length: float) -> float:
@@ -132,7 +143,9 @@ def candidates(per_second: list[float], duration: float, segment: float) -> list
     return result
 
 
-def pick_highlights(per_second: list[float], duration: float, segment: float, target: float) -> list[tuple[float, float]]:
+def pick_highlights(
+    per_second: list[float], duration: float, segment: float, target: float
+) -> list[tuple[float, float]]:
     """The highest-scoring non-overlapping segments until `target` seconds, in playback order."""
     if target >= duration or segment >= duration:
         return [(0.0, round(duration, 3))]
@@ -150,7 +163,9 @@ def pick_highlights(per_second: list[float], duration: float, segment: float, ta
     return sorted(chosen)
 
 
-def pick_digest(per_second: list[float], duration: float, segment: float, target: float) -> list[tuple[float, float]]:
+def pick_digest(
+    per_second: list[float], duration: float, segment: float, target: float
+) -> list[tuple[float, float]]:
     """One best segment from each of k equal parts of the video (k = target / segment): coverage
     of the whole video rather than only its most intense moments."""
     if target >= duration or segment >= duration:
@@ -160,7 +175,11 @@ def pick_digest(per_second: list[float], duration: float, segment: float, target
     chosen = []
     for k in range(parts):
         low, high = k * part_length, (k + 1) * part_length
-        inside = [(s, sc) for s, sc in candidates(per_second, duration, segment) if s >= low - 1e-6 and s + segment <= high + 1e-6]
+        inside = [
+            (s, sc)
+            for s, sc in candidates(per_second, duration, segment)
+            if s >= low - 1e-6 and s + segment <= high + 1e-6
+        ]
         if inside:
             start = max(inside, key=lambda c: (c[1], -c[0]))[0]
         else:
@@ -178,8 +197,15 @@ def scenes_from_detection(samples: list[tuple[float, float]], duration: float) -
         end = starts[i + 1] if i + 1 < len(starts) else round(duration, 3)
         if end - start <= 0:
             continue
-        scenes.append({"index": i + 1, "start": start, "end": end, "duration": round(end - start, 3),
-                       "score": round(scores.get(start, 0.0), 4)})
+        scenes.append(
+            {
+                "index": i + 1,
+                "start": start,
+                "end": end,
+                "duration": round(end - start, 3),
+                "score": round(scores.get(start, 0.0), 4),
+            }
+        )
     return scenes
 
 
@@ -207,7 +233,11 @@ def measured_tags(info: MediaInfo, signals: Signals | None) -> tuple[list[str], 
         tags.append("long")
     if info.fps and info.fps >= 48:
         tags.append("high-frame-rate")
-    measurements: dict = {"short_side": short_side, "duration_seconds": info.duration_seconds, "fps": info.fps}
+    measurements: dict = {
+        "short_side": short_side,
+        "duration_seconds": info.duration_seconds,
+        "fps": info.fps,
+    }
     mean_loudness = signals.summary.get("mean_loudness_lufs") if signals else None
     if not info.has_audio:
         tags.append("silent")

@@ -172,10 +172,13 @@ class S3Storage(_PublishMixin):
 
     def prepare(self, job_id: str, source: Path, name: str, *, move: bool = False) -> Prepared:
         temp_key = "/".join(
-            ([self.prefix] if self.prefix else []) + [".tmp", str(uuid.UUID(str(job_id))), uuid.uuid4().hex, check_output_name(name)]
+            ([self.prefix] if self.prefix else [])
+            + [".tmp", str(uuid.UUID(str(job_id))), uuid.uuid4().hex, check_output_name(name)]
         )
         size = Path(source).stat().st_size
-        self.client.upload_file(str(source), self.bucket, temp_key, ExtraArgs={"ContentType": content_type(name)})
+        self.client.upload_file(
+            str(source), self.bucket, temp_key, ExtraArgs={"ContentType": content_type(name)}
+        )
         if move:
             Path(source).unlink()
         return Prepared(str(job_id), check_output_name(name), temp_key, size)
@@ -183,8 +186,12 @@ class S3Storage(_PublishMixin):
     def commit(self, prepared: Prepared) -> Published:
         final_key = self.key(prepared.job_id, prepared.name)
         # Managed copy: server-side, multipart above 5 GB; the final key appears whole or not at all.
-        self.client.copy({"Bucket": self.bucket, "Key": prepared.temp}, self.bucket, final_key,
-                         ExtraArgs={"ContentType": content_type(prepared.name), "MetadataDirective": "REPLACE"})
+        self.client.copy(
+            {"Bucket": self.bucket, "Key": prepared.temp},
+            self.bucket,
+            final_key,
+            ExtraArgs={"ContentType": content_type(prepared.name), "MetadataDirective": "REPLACE"},
+        )
         self.abort(prepared)
         return Published(prepared.name, self.url(prepared.job_id, prepared.name), prepared.size_bytes)
 
@@ -208,7 +215,10 @@ class S3Storage(_PublishMixin):
     def download_url(self, job_id: str, name: str, expires_seconds: int = 3600) -> str:
         """A presigned GET URL, for the dashboard to link an output without proxying it."""
         return self.client.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": self.key(job_id, name)}, ExpiresIn=expires_seconds)
+            "get_object",
+            Params={"Bucket": self.bucket, "Key": self.key(job_id, name)},
+            ExpiresIn=expires_seconds,
+        )
 
     def delete_job(self, job_id: str) -> None:
         prefix = "/".join(([self.prefix] if self.prefix else []) + [str(uuid.UUID(str(job_id)))]) + "/"
@@ -223,6 +233,9 @@ def get_storage() -> OutputStorage:
     """The configured output storage (read from settings on each call, so tests can override)."""
     bucket = getattr(settings, "S3_BUCKET", "") or ""
     if bucket:
-        return S3Storage(bucket, endpoint_url=getattr(settings, "S3_ENDPOINT_URL", "") or None,
-                         prefix=getattr(settings, "S3_PREFIX", "outputs") or "")
+        return S3Storage(
+            bucket,
+            endpoint_url=getattr(settings, "S3_ENDPOINT_URL", "") or None,
+            prefix=getattr(settings, "S3_PREFIX", "outputs") or "",
+        )
     return LocalStorage()

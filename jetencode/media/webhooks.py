@@ -53,6 +53,7 @@ class UnsafeWebhookURL(WebhookError, ValueError):
 
 # --- secrets and signatures -------------------------------------------------------------------
 
+
 def generate_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
@@ -61,7 +62,7 @@ def secret_key(secret: str) -> bytes:
     """The HMAC key of a `whsec_<base64>` secret (the prefix is optional, as in the reference libraries)."""
     if not secret:
         raise WebhookError("webhook secret is empty")
-    raw = secret[len(SECRET_PREFIX):] if secret.startswith(SECRET_PREFIX) else secret
+    raw = secret[len(SECRET_PREFIX) :] if secret.startswith(SECRET_PREFIX) else secret
     try:
         return base64.b64decode(raw, validate=True)
     except (ValueError, TypeError) as exc:
@@ -75,7 +76,9 @@ def sign(secret: str, webhook_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def signature_headers(secret: str | None, webhook_id: str, body: bytes, timestamp: int | None = None) -> dict[str, str]:
+def signature_headers(
+    secret: str | None, webhook_id: str, body: bytes, timestamp: int | None = None
+) -> dict[str, str]:
     timestamp = int(time.time()) if timestamp is None else int(timestamp)
     headers = {"webhook-id": webhook_id, "webhook-timestamp": str(timestamp)}
     if secret:
@@ -83,8 +86,14 @@ def signature_headers(secret: str | None, webhook_id: str, body: bytes, timestam
     return headers
 
 
-def verify(secret: str, headers: dict[str, str], body: bytes, *, tolerance: int = DEFAULT_TOLERANCE_SECONDS,
-           now: float | None = None) -> None:
+def verify(
+    secret: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    tolerance: int = DEFAULT_TOLERANCE_SECONDS,
+    now: float | None = None,
+) -> None:
     """Raise WebhookVerificationError unless `headers` carry a valid, fresh signature of `body`.
 
     Header names are matched case-insensitively; the signature header may hold several
@@ -114,14 +123,16 @@ def verify(secret: str, headers: dict[str, str], body: bytes, *, tolerance: int 
 
 # --- payloads ---------------------------------------------------------------------------------
 
+
 def stable_webhook_id(job_id: str, event: str, manual_retry_count: int = 0) -> str:
     """Deterministic per (job, event, manual retry): retries of one delivery share it, and a manual
     retry of the job (which may notify again, DECISIONS 6) gets a new one."""
     return "msg_" + uuid.uuid5(uuid.NAMESPACE_URL, f"jetencode:{job_id}:{event}:{manual_retry_count}").hex
 
 
-def task_payload(url: str, event: str, job: dict[str, Any], *, manual_retry_count: int = 0,
-                 occurred_at: str | None = None) -> dict[str, Any]:
+def task_payload(
+    url: str, event: str, job: dict[str, Any], *, manual_retry_count: int = 0, occurred_at: str | None = None
+) -> dict[str, Any]:
     """The payload of a `webhook` task, built by the scheduler in the terminal transaction."""
     return {
         "url": url,
@@ -143,6 +154,7 @@ def body_bytes(payload: dict[str, Any]) -> bytes:
 
 
 # --- URL safety -------------------------------------------------------------------------------
+
 
 def allow_private_default() -> bool:
     return bool(getattr(settings, "JETENCODE", {}).get("WEBHOOK_ALLOW_PRIVATE", False))
@@ -217,6 +229,7 @@ def check_url(url: str, *, allow_private: bool | None = None) -> Target:
 
 # --- delivery ---------------------------------------------------------------------------------
 
+
 class _PinnedHTTPConnection(http.client.HTTPConnection):
     """Connects to an already-checked address while sending the URL's Host header."""
 
@@ -252,8 +265,16 @@ class Delivery:
         return 200 <= self.status < 300
 
 
-def send(url: str, payload: dict[str, Any], webhook_id: str, *, secret: str | None = None,
-         timeout: float = TIMEOUT_SECONDS, allow_private: bool | None = None, timestamp: int | None = None) -> Delivery:
+def send(
+    url: str,
+    payload: dict[str, Any],
+    webhook_id: str,
+    *,
+    secret: str | None = None,
+    timeout: float = TIMEOUT_SECONDS,
+    allow_private: bool | None = None,
+    timestamp: int | None = None,
+) -> Delivery:
     """POST `payload` as signed JSON, once. Returns the Delivery whatever its status; raises
     UnsafeWebhookURL for a refused URL and OSError/http.client errors for network failures.
     Redirects come back as their 3xx status and are never followed.
@@ -274,7 +295,8 @@ def send(url: str, payload: dict[str, Any], webhook_id: str, *, secret: str | No
     for address in target.addresses:
         if target.scheme == "https":
             conn: http.client.HTTPConnection = _PinnedHTTPSConnection(
-                target.host, target.port, address, timeout, ssl.create_default_context())
+                target.host, target.port, address, timeout, ssl.create_default_context()
+            )
         else:
             conn = _PinnedHTTPConnection(target.host, target.port, address, timeout)
         try:

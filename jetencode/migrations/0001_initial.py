@@ -8,7 +8,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -17,134 +16,254 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('type', models.TextField()),
-                ('params', models.JSONField(default=dict)),
-                ('status', models.TextField(choices=[('pending', 'pending'), ('running', 'running'), ('retry_wait', 'retry_wait'), ('paused', 'paused'), ('completed', 'completed'), ('failed', 'failed'), ('cancelled', 'cancelled')], default='pending')),
-                ('priority', models.IntegerField(default=0, help_text='As requested at creation; the live value is on the schedule.')),
-                ('max_attempts', models.IntegerField(default=4)),
-                ('hardware', models.TextField(choices=[('auto', 'auto'), ('cpu', 'cpu'), ('gpu', 'gpu')], default='auto')),
-                ('resource_category', models.TextField(blank=True, help_text='Override for GPU-capable stages', null=True)),
-                ('vram_mb', models.IntegerField(blank=True, help_text='Override for GPU-capable stages', null=True)),
-                ('webhook_url', models.TextField(blank=True, null=True)),
-                ('progress', models.SmallIntegerField(default=0)),
-                ('log', models.TextField(blank=True, default='', help_text='Capped, append-only job log')),
-                ('manual_retry_count', models.IntegerField(default=0)),
-                ('last_error', models.TextField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False),
+                ),
+                ("type", models.TextField()),
+                ("params", models.JSONField(default=dict)),
+                (
+                    "status",
+                    models.TextField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("running", "running"),
+                            ("retry_wait", "retry_wait"),
+                            ("paused", "paused"),
+                            ("completed", "completed"),
+                            ("failed", "failed"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="pending",
+                    ),
+                ),
+                (
+                    "priority",
+                    models.IntegerField(
+                        default=0, help_text="As requested at creation; the live value is on the schedule."
+                    ),
+                ),
+                ("max_attempts", models.IntegerField(default=4)),
+                (
+                    "hardware",
+                    models.TextField(
+                        choices=[("auto", "auto"), ("cpu", "cpu"), ("gpu", "gpu")], default="auto"
+                    ),
+                ),
+                (
+                    "resource_category",
+                    models.TextField(blank=True, help_text="Override for GPU-capable stages", null=True),
+                ),
+                (
+                    "vram_mb",
+                    models.IntegerField(blank=True, help_text="Override for GPU-capable stages", null=True),
+                ),
+                ("webhook_url", models.TextField(blank=True, null=True)),
+                ("progress", models.SmallIntegerField(default=0)),
+                ("log", models.TextField(blank=True, default="", help_text="Capped, append-only job log")),
+                ("manual_retry_count", models.IntegerField(default=0)),
+                ("last_error", models.TextField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'db_table': 'jobs',
-                'permissions': [('operate_queue', 'Can steer the queue: create, move, pause, cancel and retry jobs')],
+                "db_table": "jobs",
+                "permissions": [
+                    ("operate_queue", "Can steer the queue: create, move, pause, cancel and retry jobs")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='JobOutput',
+            name="JobOutput",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('execution_id', models.IntegerField()),
-                ('task_id', models.BigIntegerField()),
-                ('name', models.TextField(help_text="Path relative to the job's output directory")),
-                ('kind', models.TextField(default='file')),
-                ('storage_url', models.TextField(blank=True, default='')),
-                ('size_bytes', models.BigIntegerField(default=0)),
-                ('metadata', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='outputs', to='jetencode.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("execution_id", models.IntegerField()),
+                ("task_id", models.BigIntegerField()),
+                ("name", models.TextField(help_text="Path relative to the job's output directory")),
+                ("kind", models.TextField(default="file")),
+                ("storage_url", models.TextField(blank=True, default="")),
+                ("size_bytes", models.BigIntegerField(default=0)),
+                ("metadata", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="outputs",
+                        to="jetencode.job",
+                    ),
+                ),
             ],
             options={
-                'db_table': 'job_outputs',
+                "db_table": "job_outputs",
             },
         ),
         migrations.CreateModel(
-            name='MediaAsset',
+            name="MediaAsset",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('path', models.TextField(help_text='Relative to JETENCODE_MEDIA_ROOT', unique=True)),
-                ('title', models.TextField(blank=True, default='')),
-                ('directory', models.TextField(blank=True, default='', help_text='Library directory (videos, public, inbox...)')),
-                ('size_bytes', models.BigIntegerField(default=0)),
-                ('duration_seconds', models.FloatField(blank=True, null=True)),
-                ('width', models.IntegerField(blank=True, null=True)),
-                ('height', models.IntegerField(blank=True, null=True)),
-                ('fps', models.FloatField(blank=True, null=True)),
-                ('video_codec', models.TextField(blank=True, default='')),
-                ('audio_codec', models.TextField(blank=True, default='')),
-                ('bitrate', models.BigIntegerField(blank=True, null=True)),
-                ('orientation', models.TextField(blank=True, default='', help_text='landscape | portrait | square')),
-                ('has_audio', models.BooleanField(blank=True, null=True)),
-                ('valid', models.BooleanField(blank=True, help_text='None until validated', null=True)),
-                ('invalid_reason', models.TextField(blank=True, default='')),
-                ('thumbnail', models.TextField(blank=True, default='', help_text='Output-root relative path of a JPEG')),
-                ('tags', models.JSONField(blank=True, default=list)),
-                ('scenes', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('validated_at', models.DateTimeField(blank=True, null=True)),
-                ('source_job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='jetencode.job')),
+                (
+                    "id",
+                    models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False),
+                ),
+                ("path", models.TextField(help_text="Relative to JETENCODE_MEDIA_ROOT", unique=True)),
+                ("title", models.TextField(blank=True, default="")),
+                (
+                    "directory",
+                    models.TextField(
+                        blank=True, default="", help_text="Library directory (videos, public, inbox...)"
+                    ),
+                ),
+                ("size_bytes", models.BigIntegerField(default=0)),
+                ("duration_seconds", models.FloatField(blank=True, null=True)),
+                ("width", models.IntegerField(blank=True, null=True)),
+                ("height", models.IntegerField(blank=True, null=True)),
+                ("fps", models.FloatField(blank=True, null=True)),
+                ("video_codec", models.TextField(blank=True, default="")),
+                ("audio_codec", models.TextField(blank=True, default="")),
+                ("bitrate", models.BigIntegerField(blank=True, null=True)),
+                (
+                    "orientation",
+                    models.TextField(blank=True, default="", help_text="landscape | portrait | square"),
+                ),
+                ("has_audio", models.BooleanField(blank=True, null=True)),
+                ("valid", models.BooleanField(blank=True, help_text="None until validated", null=True)),
+                ("invalid_reason", models.TextField(blank=True, default="")),
+                (
+                    "thumbnail",
+                    models.TextField(blank=True, default="", help_text="Output-root relative path of a JPEG"),
+                ),
+                ("tags", models.JSONField(blank=True, default=list)),
+                ("scenes", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("validated_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "source_job",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="jetencode.job",
+                    ),
+                ),
             ],
             options={
-                'db_table': 'media_assets',
+                "db_table": "media_assets",
             },
         ),
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.TextField(blank=True, default='')),
-                ('scope', models.TextField(choices=[('read', 'read'), ('operate', 'operate')], default='read')),
-                ('token_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('prefix', models.CharField(editable=False, help_text='First characters, to recognise a token', max_length=12)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked', models.BooleanField(default=False)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.TextField(blank=True, default="")),
+                (
+                    "scope",
+                    models.TextField(choices=[("read", "read"), ("operate", "operate")], default="read"),
+                ),
+                ("token_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                (
+                    "prefix",
+                    models.CharField(
+                        editable=False, help_text="First characters, to recognise a token", max_length=12
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked", models.BooleanField(default=False)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'db_table': 'api_tokens',
-                'constraints': [models.CheckConstraint(condition=models.Q(('scope__in', ['read', 'operate'])), name='api_tokens_scope')],
+                "db_table": "api_tokens",
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("scope__in", ["read", "operate"])), name="api_tokens_scope"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['status', '-created_at'], name='jobs_status_created'),
+            model_name="job",
+            index=models.Index(fields=["status", "-created_at"], name="jobs_status_created"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['-created_at'], name='jobs_created'),
+            model_name="job",
+            index=models.Index(fields=["-created_at"], name="jobs_created"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['type', '-created_at'], name='jobs_type_created'),
+            model_name="job",
+            index=models.Index(fields=["type", "-created_at"], name="jobs_type_created"),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'running', 'retry_wait', 'paused', 'completed', 'failed', 'cancelled'])), name='jobs_status_valid'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        ["pending", "running", "retry_wait", "paused", "completed", "failed", "cancelled"],
+                    )
+                ),
+                name="jobs_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('progress__gte', 0), ('progress__lte', 100)), name='jobs_progress_range'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("progress__gte", 0), ("progress__lte", 100)), name="jobs_progress_range"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('hardware__in', ['auto', 'cpu', 'gpu'])), name='jobs_hardware_valid'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("hardware__in", ["auto", "cpu", "gpu"])), name="jobs_hardware_valid"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('max_attempts__gte', 1), ('max_attempts__lte', 20)), name='jobs_max_attempts_range'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("max_attempts__gte", 1), ("max_attempts__lte", 20)),
+                name="jobs_max_attempts_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='joboutput',
-            constraint=models.UniqueConstraint(fields=('job', 'execution_id', 'name'), name='job_outputs_once'),
+            model_name="joboutput",
+            constraint=models.UniqueConstraint(
+                fields=("job", "execution_id", "name"), name="job_outputs_once"
+            ),
         ),
         migrations.AddIndex(
-            model_name='mediaasset',
-            index=models.Index(fields=['directory', '-created_at'], name='media_assets_dir'),
+            model_name="mediaasset",
+            index=models.Index(fields=["directory", "-created_at"], name="media_assets_dir"),
         ),
     ]

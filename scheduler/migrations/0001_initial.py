@@ -8,251 +8,398 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('jetencode', '0001_initial'),
+        ("jetencode", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='QueueSample',
+            name="QueueSample",
             fields=[
-                ('at', models.DateTimeField(primary_key=True, serialize=False)),
-                ('pending', models.IntegerField(default=0)),
-                ('running', models.IntegerField(default=0)),
-                ('retry_wait', models.IntegerField(default=0)),
-                ('paused', models.IntegerField(default=0)),
-                ('completed', models.IntegerField(default=0, help_text='Jobs completed during the minute')),
-                ('failed', models.IntegerField(default=0, help_text='Jobs failed during the minute')),
-                ('stages_completed', models.IntegerField(default=0)),
+                ("at", models.DateTimeField(primary_key=True, serialize=False)),
+                ("pending", models.IntegerField(default=0)),
+                ("running", models.IntegerField(default=0)),
+                ("retry_wait", models.IntegerField(default=0)),
+                ("paused", models.IntegerField(default=0)),
+                ("completed", models.IntegerField(default=0, help_text="Jobs completed during the minute")),
+                ("failed", models.IntegerField(default=0, help_text="Jobs failed during the minute")),
+                ("stages_completed", models.IntegerField(default=0)),
             ],
             options={
-                'db_table': 'queue_samples',
+                "db_table": "queue_samples",
             },
         ),
         migrations.CreateModel(
-            name='FenceAudit',
+            name="FenceAudit",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('at', models.DateTimeField()),
-                ('task_id', models.BigIntegerField()),
-                ('job_id', models.UUIDField(null=True)),
-                ('operation', models.TextField()),
-                ('accepted', models.BooleanField()),
-                ('reason', models.TextField(blank=True, default='')),
-                ('lease_token', models.UUIDField(null=True)),
-                ('worker_uid', models.TextField(null=True)),
-                ('session_id', models.UUIDField(null=True)),
-                ('attempt', models.IntegerField(null=True)),
-                ('execution_id', models.IntegerField(null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("at", models.DateTimeField()),
+                ("task_id", models.BigIntegerField()),
+                ("job_id", models.UUIDField(null=True)),
+                ("operation", models.TextField()),
+                ("accepted", models.BooleanField()),
+                ("reason", models.TextField(blank=True, default="")),
+                ("lease_token", models.UUIDField(null=True)),
+                ("worker_uid", models.TextField(null=True)),
+                ("session_id", models.UUIDField(null=True)),
+                ("attempt", models.IntegerField(null=True)),
+                ("execution_id", models.IntegerField(null=True)),
             ],
             options={
-                'db_table': 'queue_fence_audit',
-                'indexes': [models.Index(fields=['task_id', 'id'], name='fence_audit_task'), models.Index(fields=['at'], name='fence_audit_at')],
+                "db_table": "queue_fence_audit",
+                "indexes": [
+                    models.Index(fields=["task_id", "id"], name="fence_audit_task"),
+                    models.Index(fields=["at"], name="fence_audit_at"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='JobSchedule',
+            name="JobSchedule",
             fields=[
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='schedule', serialize=False, to='jetencode.job')),
-                ('execution_id', models.IntegerField(default=1)),
-                ('priority', models.IntegerField(default=0)),
-                ('position', models.BigIntegerField()),
-                ('required_worker_uid', models.TextField(blank=True, null=True)),
-                ('assigned_worker_uid', models.TextField(blank=True, null=True)),
-                ('group_key', models.GeneratedField(db_persist=True, expression=django.db.models.functions.comparison.Coalesce(models.F('assigned_worker_uid'), models.F('required_worker_uid'), models.Value('')), output_field=models.TextField())),
-                ('execution_mode', models.TextField(default='shared')),
-                ('reservation_id', models.UUIDField(blank=True, null=True)),
-                ('paused', models.BooleanField(default=False)),
-                ('cancel_requested_at', models.DateTimeField(blank=True, null=True)),
-                ('required_category', models.TextField(blank=True, null=True)),
-                ('required_vram_mb', models.IntegerField(default=0)),
-                ('media_runnable_at', models.DateTimeField(blank=True, null=True)),
-                ('media_categories', models.JSONField(blank=True, null=True)),
-                ('media_min_vram', models.IntegerField(blank=True, null=True)),
-                ('background_runnable_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="schedule",
+                        serialize=False,
+                        to="jetencode.job",
+                    ),
+                ),
+                ("execution_id", models.IntegerField(default=1)),
+                ("priority", models.IntegerField(default=0)),
+                ("position", models.BigIntegerField()),
+                ("required_worker_uid", models.TextField(blank=True, null=True)),
+                ("assigned_worker_uid", models.TextField(blank=True, null=True)),
+                (
+                    "group_key",
+                    models.GeneratedField(
+                        db_persist=True,
+                        expression=django.db.models.functions.comparison.Coalesce(
+                            models.F("assigned_worker_uid"), models.F("required_worker_uid"), models.Value("")
+                        ),
+                        output_field=models.TextField(),
+                    ),
+                ),
+                ("execution_mode", models.TextField(default="shared")),
+                ("reservation_id", models.UUIDField(blank=True, null=True)),
+                ("paused", models.BooleanField(default=False)),
+                ("cancel_requested_at", models.DateTimeField(blank=True, null=True)),
+                ("required_category", models.TextField(blank=True, null=True)),
+                ("required_vram_mb", models.IntegerField(default=0)),
+                ("media_runnable_at", models.DateTimeField(blank=True, null=True)),
+                ("media_categories", models.JSONField(blank=True, null=True)),
+                ("media_min_vram", models.IntegerField(blank=True, null=True)),
+                ("background_runnable_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'db_table': 'job_schedule',
-                'indexes': [models.Index(condition=models.Q(('media_runnable_at__isnull', False)), fields=['group_key', '-priority', 'position', 'media_runnable_at', 'job'], name='schedule_claim_media'), models.Index(fields=['group_key', '-priority', 'position', 'job'], name='schedule_group_order')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('execution_mode__in', ['shared', 'dedicated'])), name='schedule_mode_valid'), models.CheckConstraint(condition=models.Q(('priority__gte', -1000), ('priority__lte', 1000)), name='schedule_priority_range'), models.CheckConstraint(condition=models.Q(('execution_mode', 'shared'), ('reservation_id__isnull', False), _connector='OR'), name='schedule_dedicated_has_reservation')],
+                "db_table": "job_schedule",
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("media_runnable_at__isnull", False)),
+                        fields=["group_key", "-priority", "position", "media_runnable_at", "job"],
+                        name="schedule_claim_media",
+                    ),
+                    models.Index(
+                        fields=["group_key", "-priority", "position", "job"], name="schedule_group_order"
+                    ),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("execution_mode__in", ["shared", "dedicated"])),
+                        name="schedule_mode_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("priority__gte", -1000), ("priority__lte", 1000)),
+                        name="schedule_priority_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("execution_mode", "shared"), ("reservation_id__isnull", False), _connector="OR"
+                        ),
+                        name="schedule_dedicated_has_reservation",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='QueueTask',
+            name="QueueTask",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('execution_id', models.IntegerField()),
-                ('task_type', models.TextField()),
-                ('payload', models.JSONField(default=dict)),
-                ('dedupe_key', models.TextField()),
-                ('wait_for_siblings', models.BooleanField(default=False)),
-                ('placement', models.TextField(default='job')),
-                ('pool', models.TextField(default='media')),
-                ('resource_category', models.TextField(default='cpu')),
-                ('vram_mb', models.IntegerField(default=0)),
-                ('target_worker_uid', models.TextField(blank=True, null=True)),
-                ('state', models.TextField(default='pending')),
-                ('available_at', models.DateTimeField()),
-                ('attempt', models.IntegerField(default=0)),
-                ('max_attempts', models.IntegerField(default=4)),
-                ('timeout_seconds', models.FloatField(default=600)),
-                ('claimed_by', models.TextField(blank=True, null=True)),
-                ('claimed_worker_session_id', models.UUIDField(blank=True, null=True)),
-                ('claimed_reservation_id', models.UUIDField(blank=True, null=True)),
-                ('lease_token', models.UUIDField(blank=True, null=True)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('deadline_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('progress', models.FloatField(default=0)),
-                ('progress_detail', models.JSONField(default=dict)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('last_failure', models.TextField(blank=True, null=True)),
-                ('created_at', models.DateTimeField()),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tasks', to='jetencode.job')),
-                ('parent_task', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.SET_NULL, to='scheduler.queuetask')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("execution_id", models.IntegerField()),
+                ("task_type", models.TextField()),
+                ("payload", models.JSONField(default=dict)),
+                ("dedupe_key", models.TextField()),
+                ("wait_for_siblings", models.BooleanField(default=False)),
+                ("placement", models.TextField(default="job")),
+                ("pool", models.TextField(default="media")),
+                ("resource_category", models.TextField(default="cpu")),
+                ("vram_mb", models.IntegerField(default=0)),
+                ("target_worker_uid", models.TextField(blank=True, null=True)),
+                ("state", models.TextField(default="pending")),
+                ("available_at", models.DateTimeField()),
+                ("attempt", models.IntegerField(default=0)),
+                ("max_attempts", models.IntegerField(default=4)),
+                ("timeout_seconds", models.FloatField(default=600)),
+                ("claimed_by", models.TextField(blank=True, null=True)),
+                ("claimed_worker_session_id", models.UUIDField(blank=True, null=True)),
+                ("claimed_reservation_id", models.UUIDField(blank=True, null=True)),
+                ("lease_token", models.UUIDField(blank=True, null=True)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("deadline_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("progress", models.FloatField(default=0)),
+                ("progress_detail", models.JSONField(default=dict)),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("last_failure", models.TextField(blank=True, null=True)),
+                ("created_at", models.DateTimeField()),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="tasks", to="jetencode.job"
+                    ),
+                ),
+                (
+                    "parent_task",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="scheduler.queuetask",
+                    ),
+                ),
             ],
             options={
-                'db_table': 'queue_tasks',
+                "db_table": "queue_tasks",
             },
         ),
         migrations.CreateModel(
-            name='QueueWorker',
+            name="QueueWorker",
             fields=[
-                ('uid', models.TextField(primary_key=True, serialize=False)),
-                ('current_session_id', models.UUIDField(null=True)),
-                ('hostname', models.TextField(blank=True, default='')),
-                ('pid', models.IntegerField(null=True)),
-                ('version', models.TextField(blank=True, default='')),
-                ('concurrency', models.IntegerField(default=1)),
-                ('background_slots', models.IntegerField(default=1)),
-                ('category_limits', models.JSONField(default=dict)),
-                ('vram_total_mb', models.IntegerField(default=0)),
-                ('lifecycle', models.TextField(default='active')),
-                ('reservation_id', models.UUIDField(blank=True, null=True)),
-                ('registered_at', models.DateTimeField(null=True)),
-                ('last_heartbeat_at', models.DateTimeField(null=True)),
-                ('system_sample', models.JSONField(default=dict)),
-                ('capabilities', models.JSONField(default=dict)),
-                ('workspace', models.TextField(blank=True, default='')),
+                ("uid", models.TextField(primary_key=True, serialize=False)),
+                ("current_session_id", models.UUIDField(null=True)),
+                ("hostname", models.TextField(blank=True, default="")),
+                ("pid", models.IntegerField(null=True)),
+                ("version", models.TextField(blank=True, default="")),
+                ("concurrency", models.IntegerField(default=1)),
+                ("background_slots", models.IntegerField(default=1)),
+                ("category_limits", models.JSONField(default=dict)),
+                ("vram_total_mb", models.IntegerField(default=0)),
+                ("lifecycle", models.TextField(default="active")),
+                ("reservation_id", models.UUIDField(blank=True, null=True)),
+                ("registered_at", models.DateTimeField(null=True)),
+                ("last_heartbeat_at", models.DateTimeField(null=True)),
+                ("system_sample", models.JSONField(default=dict)),
+                ("capabilities", models.JSONField(default=dict)),
+                ("workspace", models.TextField(blank=True, default="")),
             ],
             options={
-                'db_table': 'queue_workers',
-                'constraints': [models.CheckConstraint(condition=models.Q(('lifecycle__in', ['active', 'draining', 'offline'])), name='worker_lifecycle_valid'), models.CheckConstraint(condition=models.Q(('concurrency__gte', 0)), name='worker_concurrency_nonnegative')],
+                "db_table": "queue_workers",
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("lifecycle__in", ["active", "draining", "offline"])),
+                        name="worker_lifecycle_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("concurrency__gte", 0)), name="worker_concurrency_nonnegative"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SchedulerState',
+            name="SchedulerState",
             fields=[
-                ('id', models.SmallIntegerField(default=1, primary_key=True, serialize=False)),
-                ('rebalances', models.BigIntegerField(default=0)),
-                ('last_recovery_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.SmallIntegerField(default=1, primary_key=True, serialize=False)),
+                ("rebalances", models.BigIntegerField(default=0)),
+                ("last_recovery_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'db_table': 'queue_scheduler_state',
-                'constraints': [models.CheckConstraint(condition=models.Q(('id', 1)), name='scheduler_state_singleton')],
+                "db_table": "queue_scheduler_state",
+                "constraints": [
+                    models.CheckConstraint(condition=models.Q(("id", 1)), name="scheduler_state_singleton")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='TaskLog',
+            name="TaskLog",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('at', models.DateTimeField()),
-                ('message', models.TextField()),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='logs', to='scheduler.queuetask')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("at", models.DateTimeField()),
+                ("message", models.TextField()),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="logs",
+                        to="scheduler.queuetask",
+                    ),
+                ),
             ],
             options={
-                'db_table': 'queue_task_logs',
+                "db_table": "queue_task_logs",
             },
         ),
         migrations.CreateModel(
-            name='QueueReservation',
+            name="QueueReservation",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, primary_key=True, serialize=False)),
-                ('worker_uid', models.TextField(blank=True, null=True)),
-                ('state', models.TextField(default='requested')),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='jetencode.job')),
+                ("id", models.UUIDField(default=uuid.uuid4, primary_key=True, serialize=False)),
+                ("worker_uid", models.TextField(blank=True, null=True)),
+                ("state", models.TextField(default="requested")),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="jetencode.job",
+                    ),
+                ),
             ],
             options={
-                'db_table': 'queue_reservations',
-                'constraints': [models.CheckConstraint(condition=models.Q(('state__in', ['requested', 'bound', 'released', 'failed'])), name='reservation_state_valid')],
+                "db_table": "queue_reservations",
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("state__in", ["requested", "bound", "released", "failed"])),
+                        name="reservation_state_valid",
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='queuetask',
-            index=models.Index(condition=models.Q(('state__in', ['pending', 'retry_wait'])), fields=['job', 'execution_id', 'available_at', 'created_at', 'id'], name='task_runnable_in_job'),
+            model_name="queuetask",
+            index=models.Index(
+                condition=models.Q(("state__in", ["pending", "retry_wait"])),
+                fields=["job", "execution_id", "available_at", "created_at", "id"],
+                name="task_runnable_in_job",
+            ),
         ),
         migrations.AddIndex(
-            model_name='queuetask',
-            index=models.Index(condition=models.Q(('state', 'running')), fields=['claimed_worker_session_id'], name='task_running_by_session'),
+            model_name="queuetask",
+            index=models.Index(
+                condition=models.Q(("state", "running")),
+                fields=["claimed_worker_session_id"],
+                name="task_running_by_session",
+            ),
         ),
         migrations.AddIndex(
-            model_name='queuetask',
-            index=models.Index(condition=models.Q(('state', 'running')), fields=['lease_expires_at'], name='task_running_lease'),
+            model_name="queuetask",
+            index=models.Index(
+                condition=models.Q(("state", "running")),
+                fields=["lease_expires_at"],
+                name="task_running_lease",
+            ),
         ),
         migrations.AddIndex(
-            model_name='queuetask',
-            index=models.Index(condition=models.Q(('pool', 'background'), ('state__in', ['pending', 'retry_wait'])), fields=['available_at', 'id'], name='task_background_runnable'),
+            model_name="queuetask",
+            index=models.Index(
+                condition=models.Q(("pool", "background"), ("state__in", ["pending", "retry_wait"])),
+                fields=["available_at", "id"],
+                name="task_background_runnable",
+            ),
         ),
         migrations.AddIndex(
-            model_name='queuetask',
-            index=models.Index(fields=['job', 'execution_id', 'state'], name='task_job_state'),
+            model_name="queuetask",
+            index=models.Index(fields=["job", "execution_id", "state"], name="task_job_state"),
         ),
         migrations.AddIndex(
-            model_name='queuetask',
-            index=models.Index(condition=models.Q(('parent_task__isnull', False)), fields=['parent_task'], name='task_parent'),
+            model_name="queuetask",
+            index=models.Index(
+                condition=models.Q(("parent_task__isnull", False)), fields=["parent_task"], name="task_parent"
+            ),
         ),
         migrations.AddIndex(
-            model_name='queuetask',
-            index=models.Index(condition=models.Q(('finished_at__isnull', False)), fields=['finished_at'], name='task_finished'),
+            model_name="queuetask",
+            index=models.Index(
+                condition=models.Q(("finished_at__isnull", False)),
+                fields=["finished_at"],
+                name="task_finished",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(('state__in', ['blocked', 'pending', 'retry_wait', 'running', 'completed', 'failed', 'cancelled'])), name='task_state_valid'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "state__in",
+                        ["blocked", "pending", "retry_wait", "running", "completed", "failed", "cancelled"],
+                    )
+                ),
+                name="task_state_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(('placement__in', ['dispatch', 'job', 'cluster'])), name='task_placement_valid'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("placement__in", ["dispatch", "job", "cluster"])),
+                name="task_placement_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(('pool__in', ['media', 'background'])), name='task_pool_valid'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("pool__in", ["media", "background"])), name="task_pool_valid"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(('resource_category__in', ['cpu', 'gpu_encode', 'gpu_ai'])), name='task_category_valid'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("resource_category__in", ["cpu", "gpu_encode", "gpu_ai"])),
+                name="task_category_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(('attempt__gte', 0), ('attempt__lte', models.F('max_attempts'))), name='task_attempt_range'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("attempt__gte", 0), ("attempt__lte", models.F("max_attempts"))),
+                name="task_attempt_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(('vram_mb__gte', 0)), name='task_vram_nonnegative'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("vram_mb__gte", 0)), name="task_vram_nonnegative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(('progress__gte', 0), ('progress__lte', 100)), name='task_progress_range'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("progress__gte", 0), ("progress__lte", 100)), name="task_progress_range"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('state', 'running'), _negated=True), models.Q(('lease_token__isnull', False), ('lease_expires_at__isnull', False), ('claimed_worker_session_id__isnull', False)), _connector='OR'), name='task_running_has_lease'),
+            model_name="queuetask",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("state", "running"), _negated=True),
+                    models.Q(
+                        ("lease_token__isnull", False),
+                        ("lease_expires_at__isnull", False),
+                        ("claimed_worker_session_id__isnull", False),
+                    ),
+                    _connector="OR",
+                ),
+                name="task_running_has_lease",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queuetask',
-            constraint=models.UniqueConstraint(fields=('job', 'execution_id', 'dedupe_key'), name='task_dedupe_once'),
+            model_name="queuetask",
+            constraint=models.UniqueConstraint(
+                fields=("job", "execution_id", "dedupe_key"), name="task_dedupe_once"
+            ),
         ),
         migrations.AddIndex(
-            model_name='tasklog',
-            index=models.Index(fields=['task', 'id'], name='task_logs_by_task'),
+            model_name="tasklog",
+            index=models.Index(fields=["task", "id"], name="task_logs_by_task"),
         ),
     ]

@@ -11,7 +11,9 @@ from scheduler.migrations import reinstall_functions_v1 as install_functions
 
 
 def seed_singleton(apps, schema_editor):
-    schema_editor.execute("INSERT INTO queue_scheduler_state (id, rebalances, updated_at) VALUES (1, 0, now()) ON CONFLICT DO NOTHING")
+    schema_editor.execute(
+        "INSERT INTO queue_scheduler_state (id, rebalances, updated_at) VALUES (1, 0, now()) ON CONFLICT DO NOTHING"
+    )
 
 
 class Migration(migrations.Migration):

@@ -6,30 +6,29 @@ from scheduler.migrations import reinstall_functions_v1
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler', '0003_queue_table_storage'),
+        ("scheduler", "0003_queue_table_storage"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='schedulerstate',
-            name='purged_recoveries',
+            model_name="schedulerstate",
+            name="purged_recoveries",
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='schedulerstate',
-            name='purged_rejected',
+            model_name="schedulerstate",
+            name="purged_rejected",
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='schedulerstate',
-            name='purged_retries',
+            model_name="schedulerstate",
+            name="purged_retries",
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.AddIndex(
-            model_name='fenceaudit',
-            index=models.Index(fields=['operation', 'accepted'], name='fence_audit_operation'),
+            model_name="fenceaudit",
+            index=models.Index(fields=["operation", "accepted"], name="fence_audit_operation"),
         ),
         # purge_history_v1 now carries the purged counts (same v1 contract, pre-release).
         migrations.RunPython(reinstall_functions_v1, migrations.RunPython.noop),

@@ -31,7 +31,9 @@ class Api:
 
     def _send(self, method, path, body, raw, headers):
         data = raw if raw is not None else ("" if body is None else json.dumps(body))
-        return getattr(self.client, method)(path, data, content_type="application/json", headers=self.headers(headers))
+        return getattr(self.client, method)(
+            path, data, content_type="application/json", headers=self.headers(headers)
+        )
 
     def post(self, path, body=None, raw=None, headers=None):
         return self._send("post", path, body, raw, headers)

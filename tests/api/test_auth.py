@@ -123,14 +123,17 @@ def test_session_callers_need_the_csrf_token_for_changes(olivia):
     refused = client.post("/v2/jobs", NEW_JOB, content_type="application/json")
     assert refused.status_code == 403
     assert "CSRF" in refused.json()["detail"]
-    accepted = client.post("/v2/jobs", NEW_JOB, content_type="application/json", headers={"X-CSRFToken": secret})
+    accepted = client.post(
+        "/v2/jobs", NEW_JOB, content_type="application/json", headers={"X-CSRFToken": secret}
+    )
     assert accepted.status_code == 201
 
 
 def test_a_wrong_csrf_token_is_refused(olivia):
     client, _ = csrf_client(olivia)
-    response = client.post("/v2/jobs", NEW_JOB, content_type="application/json",
-                           headers={"X-CSRFToken": get_random_string(32)})
+    response = client.post(
+        "/v2/jobs", NEW_JOB, content_type="application/json", headers={"X-CSRFToken": get_random_string(32)}
+    )
     assert response.status_code == 403
 
 

@@ -46,10 +46,18 @@ def test_it_creates_a_noop_job_with_the_defaults(operator):
 
 def test_it_takes_every_optional_field(operator, worker, settings):
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": True}
-    response = operator.post("/v2/jobs", {
-        "type": "noop", "params": {}, "priority": -1000, "max_attempts": 20, "required_worker_uid": worker[0],
-        "webhook_url": "http://127.0.0.1:9/hook", "hardware": "cpu",
-    })
+    response = operator.post(
+        "/v2/jobs",
+        {
+            "type": "noop",
+            "params": {},
+            "priority": -1000,
+            "max_attempts": 20,
+            "required_worker_uid": worker[0],
+            "webhook_url": "http://127.0.0.1:9/hook",
+            "hardware": "cpu",
+        },
+    )
     assert response.status_code == 201, response.content
     job = response.json()
     assert (job["priority"], job["max_attempts"], job["required_worker_uid"]) == (-1000, 20, worker[0])
@@ -81,39 +89,46 @@ def test_auto_and_cpu_jobs_carry_no_gpu_requirement(operator):
         assert (schedule.required_category, schedule.required_vram_mb) == (None, 0)
 
 
-@pytest.mark.parametrize("body, fields", [
-    ({"type": "transcoder"}, ["type"]),
-    ({}, ["type"]),
-    ({"type": "noop", "params": {"seconds": -1}}, ["params.seconds"]),
-    ({"type": "noop", "params": {"children": 101, "bogus": 1}}, ["params.children", "params.bogus"]),
-    ({"type": "noop", "params": [1, 2]}, ["params"]),
-    ({"type": "noop", "priority": 1001}, ["priority"]),
-    ({"type": "noop", "priority": -1001}, ["priority"]),
-    ({"type": "noop", "priority": "5"}, ["priority"]),
-    ({"type": "noop", "priority": True}, ["priority"]),
-    ({"type": "noop", "priority": 2 ** 63}, ["priority"]),
-    ({"type": "noop", "max_attempts": 0}, ["max_attempts"]),
-    ({"type": "noop", "max_attempts": 21}, ["max_attempts"]),
-    ({"type": "noop", "hardware": "tpu"}, ["hardware"]),
-    ({"type": "noop", "resource_category": "gpu"}, ["resource_category"]),
-    ({"type": "noop", "vram_mb": 10 ** 12}, ["vram_mb"]),
-    ({"type": "noop", "resource_category": "cpu", "vram_mb": 100}, ["vram_mb"]),
-    ({"type": "noop", "priorty": 5}, ["priorty"]),
-    ({"type": "noop", "required_worker_uid": ""}, ["required_worker_uid"]),
-    ({"type": "noop", "webhook_url": "ftp://example.com/x"}, ["webhook_url"]),
-    ({"type": "no\x00op"}, ["type"]),
-    ({"type": "noop", "params": {"seconds": "\x00"}}, ["params"]),
-    ({"type": "noop", "params": {"\x00": 1}}, ["params"]),
-    ({"type": "noop", "required_worker_uid": "w\x00"}, ["required_worker_uid"]),
-    ({"type": "noop", "priority": 5000, "max_attempts": 99}, ["priority", "max_attempts"]),
-])
+@pytest.mark.parametrize(
+    "body, fields",
+    [
+        ({"type": "transcoder"}, ["type"]),
+        ({}, ["type"]),
+        ({"type": "noop", "params": {"seconds": -1}}, ["params.seconds"]),
+        ({"type": "noop", "params": {"children": 101, "bogus": 1}}, ["params.children", "params.bogus"]),
+        ({"type": "noop", "params": [1, 2]}, ["params"]),
+        ({"type": "noop", "priority": 1001}, ["priority"]),
+        ({"type": "noop", "priority": -1001}, ["priority"]),
+        ({"type": "noop", "priority": "5"}, ["priority"]),
+        ({"type": "noop", "priority": True}, ["priority"]),
+        ({"type": "noop", "priority": 2**63}, ["priority"]),
+        ({"type": "noop", "max_attempts": 0}, ["max_attempts"]),
+        ({"type": "noop", "max_attempts": 21}, ["max_attempts"]),
+        ({"type": "noop", "hardware": "tpu"}, ["hardware"]),
+        ({"type": "noop", "resource_category": "gpu"}, ["resource_category"]),
+        ({"type": "noop", "vram_mb": 10**12}, ["vram_mb"]),
+        ({"type": "noop", "resource_category": "cpu", "vram_mb": 100}, ["vram_mb"]),
+        ({"type": "noop", "priorty": 5}, ["priorty"]),
+        ({"type": "noop", "required_worker_uid": ""}, ["required_worker_uid"]),
+        ({"type": "noop", "webhook_url": "ftp://example.com/x"}, ["webhook_url"]),
+        ({"type": "no\x00op"}, ["type"]),
+        ({"type": "noop", "params": {"seconds": "\x00"}}, ["params"]),
+        ({"type": "noop", "params": {"\x00": 1}}, ["params"]),
+        ({"type": "noop", "required_worker_uid": "w\x00"}, ["required_worker_uid"]),
+        ({"type": "noop", "priority": 5000, "max_attempts": 99}, ["priority", "max_attempts"]),
+    ],
+)
 def test_invalid_input_is_a_422_naming_each_field(operator, body, fields):
     assert sorted(fields_of(operator.post("/v2/jobs", body))) == sorted(fields)
 
 
 def test_a_lone_surrogate_or_nan_in_params_is_refused_not_a_500(operator):
-    assert fields_of(operator.post("/v2/jobs", raw='{"type": "noop", "params": {"x": "\\ud800"}}')) == ["params"]
-    assert fields_of(operator.post("/v2/jobs", raw='{"type": "noop", "params": {"seconds": NaN}}')) == ["params"]
+    assert fields_of(operator.post("/v2/jobs", raw='{"type": "noop", "params": {"x": "\\ud800"}}')) == [
+        "params"
+    ]
+    assert fields_of(operator.post("/v2/jobs", raw='{"type": "noop", "params": {"seconds": NaN}}')) == [
+        "params"
+    ]
 
 
 @pytest.mark.parametrize("raw", ["{not json", "", "[]", "null", '"noop"', "\xff\xfe", "[" * 5000])
@@ -122,15 +137,25 @@ def test_malformed_bodies_are_a_422_in_the_same_shape(operator, raw):
 
 
 def test_an_oversized_body_is_a_413_with_json(operator, settings):
-    response = operator.post("/v2/jobs", {"type": "noop", "params": {"pad": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)}})
+    response = operator.post(
+        "/v2/jobs", {"type": "noop", "params": {"pad": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)}}
+    )
     assert response.status_code == 413
     assert "larger than" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1/hook", "http://localhost:8000/x", "http://10.1.2.3/", "http://192.168.0.1/",
-    "http://169.254.169.254/latest/meta-data", "http://[::1]/", "http://[::ffff:127.0.0.1]/",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/hook",
+        "http://localhost:8000/x",
+        "http://10.1.2.3/",
+        "http://192.168.0.1/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+    ],
+)
 def test_webhooks_to_private_addresses_are_refused(operator, url):
     response = operator.post("/v2/jobs", {"type": "noop", "webhook_url": url})
     assert fields_of(response) == ["webhook_url"]
@@ -144,7 +169,9 @@ def test_webhooks_to_public_addresses_are_accepted(operator):
 
 def test_private_webhooks_are_accepted_when_allowed(operator, settings):
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": True}
-    assert operator.post("/v2/jobs", {"type": "noop", "webhook_url": "http://127.0.0.1/hook"}).status_code == 201
+    assert (
+        operator.post("/v2/jobs", {"type": "noop", "webhook_url": "http://127.0.0.1/hook"}).status_code == 201
+    )
 
 
 def test_a_target_worker_must_be_known_fresh_and_not_draining(operator, make_worker_row):
@@ -154,7 +181,9 @@ def test_a_target_worker_must_be_known_fresh_and_not_draining(operator, make_wor
 
     stale, _ = make_worker_row("w-stale")
     with connection.cursor() as cursor:  # age its heartbeat (test setup; no repository call does that)
-        cursor.execute("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [stale])
+        cursor.execute(
+            "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [stale]
+        )
     response = operator.post("/v2/jobs", {"type": "noop", "required_worker_uid": stale})
     assert "offline" in response.json()["errors"][0]["message"]
 
@@ -190,7 +219,10 @@ def test_it_lists_jobs_newest_first_with_pagination(operator, enqueue):
 
 
 def test_an_empty_list_has_zero_pages(operator):
-    assert operator.get("/v2/jobs").json() == {"data": [], "pagination": {"page": 1, "limit": 20, "total": 0, "total_pages": 0}}
+    assert operator.get("/v2/jobs").json() == {
+        "data": [],
+        "pagination": {"page": 1, "limit": 20, "total": 0, "total_pages": 0},
+    }
 
 
 def test_it_filters_jobs(operator, enqueue, failed_job, worker):
@@ -207,11 +239,19 @@ def test_it_filters_jobs(operator, enqueue, failed_job, worker):
     assert ids(status="failed", type="compile_random") == set()
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"limit": 501}, "limit"), ({"limit": 0}, "limit"), ({"page": 0}, "page"), ({"page": 10 ** 30}, "page"),
-    ({"status": "done"}, "status"), ({"resource_category": "tpu"}, "resource_category"), ({"type": "x" * 65}, "type"),
-    ({"worker": "a\x00b"}, "worker"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"limit": 501}, "limit"),
+        ({"limit": 0}, "limit"),
+        ({"page": 0}, "page"),
+        ({"page": 10**30}, "page"),
+        ({"status": "done"}, "status"),
+        ({"resource_category": "tpu"}, "resource_category"),
+        ({"type": "x" * 65}, "type"),
+        ({"worker": "a\x00b"}, "worker"),
+    ],
+)
 def test_bad_list_parameters_are_a_422(operator, params, field):
     assert fields_of(operator.get("/v2/jobs", params)) == [field]
 
@@ -223,7 +263,9 @@ def test_job_detail_has_stages_outputs_and_log(operator, enqueue, worker, claim)
     job_id = enqueue()
     lease, _ = claim(*worker)
     repository.report_progress(lease, 50.0, {"fps": 30}, ["frame 1", "frame 2"])
-    repository.finish(lease, outputs=[repository.Output("out.mp4", size_bytes=123, metadata={"codec": "h264"})])
+    repository.finish(
+        lease, outputs=[repository.Output("out.mp4", size_bytes=123, metadata={"codec": "h264"})]
+    )
     job = operator.get(f"/v2/jobs/{job_id}").json()
     assert job["status"] == "completed" and job["progress"] == 100
     assert job["started_at"] and job["finished_at"]

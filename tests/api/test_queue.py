@@ -11,9 +11,27 @@ from scheduler import repository
 pytestmark = pytest.mark.django_db
 
 ENTRY_KEYS = {
-    "job_id", "type", "group", "stage", "state", "task_state", "priority", "position", "required_worker_uid",
-    "assigned_worker_uid", "paused", "attempt", "max_attempts", "available_at", "can_retry", "waiting_reason",
-    "progress", "created_at", "cancel_requested", "resource_category", "vram_mb",
+    "job_id",
+    "type",
+    "group",
+    "stage",
+    "state",
+    "task_state",
+    "priority",
+    "position",
+    "required_worker_uid",
+    "assigned_worker_uid",
+    "paused",
+    "attempt",
+    "max_attempts",
+    "available_at",
+    "can_retry",
+    "waiting_reason",
+    "progress",
+    "created_at",
+    "cancel_requested",
+    "resource_category",
+    "vram_mb",
 }
 
 
@@ -29,8 +47,10 @@ def entries(api, **params):
 
 def age_worker(uid, seconds=3600):
     with connection.cursor() as cursor:  # test setup: make a worker's heartbeat old
-        cursor.execute("UPDATE queue_workers SET last_heartbeat_at = now() - make_interval(secs => %s) WHERE uid = %s",
-                       [seconds, uid])
+        cursor.execute(
+            "UPDATE queue_workers SET last_heartbeat_at = now() - make_interval(secs => %s) WHERE uid = %s",
+            [seconds, uid],
+        )
 
 
 # ---- the list ----------------------------------------------------------------------------------
@@ -41,7 +61,12 @@ def test_a_pending_entry_has_waiting_seconds_and_every_field(viewer, enqueue, wo
     [entry] = queue(viewer)["data"]
     assert set(entry) == ENTRY_KEYS | {"waiting_seconds"}
     assert entry["job_id"] == job_id
-    assert (entry["state"], entry["task_state"], entry["stage"], entry["group"]) == ("pending", "pending", "noop", None)
+    assert (entry["state"], entry["task_state"], entry["stage"], entry["group"]) == (
+        "pending",
+        "pending",
+        "noop",
+        None,
+    )
     assert entry["waiting_seconds"] >= 0
     assert entry["can_retry"] is False
     assert entry["waiting_reason"] == "waiting for a free cpu slot"
@@ -104,7 +129,9 @@ def test_it_paginates(viewer, enqueue):
     assert [e["job_id"] for e in body["data"]] == ids[2:4]
 
 
-@pytest.mark.parametrize("params", [{"limit": 501}, {"page": 0}, {"state": "completed"}, {"worker": "x" * 201}])
+@pytest.mark.parametrize(
+    "params", [{"limit": 501}, {"page": 0}, {"state": "completed"}, {"worker": "x" * 201}]
+)
 def test_bad_queue_parameters_are_a_422(viewer, params):
     response = viewer.get("/v2/queue", params)
     assert response.status_code == 422
@@ -124,14 +151,21 @@ def test_waiting_reason_when_paused(viewer, enqueue, worker):
     job_id = enqueue()
     repository.pause(job_id)
     [entry] = queue(viewer)["data"]
-    assert (entry["state"], entry["paused"], entry["waiting_reason"]) == ("paused", True, "paused by an operator")
+    assert (entry["state"], entry["paused"], entry["waiting_reason"]) == (
+        "paused",
+        True,
+        "paused by an operator",
+    )
 
 
 def test_waiting_reason_when_the_target_worker_stops_or_vanishes(viewer, enqueue, make_worker_row):
     uid, _ = make_worker_row("w-target")
     job_id = str(enqueue(required_worker_uid=uid))
     age_worker(uid)
-    assert entries(viewer)[job_id]["waiting_reason"] == "waiting for worker w-target, which is not sending heartbeats"
+    assert (
+        entries(viewer)[job_id]["waiting_reason"]
+        == "waiting for worker w-target, which is not sending heartbeats"
+    )
     with connection.cursor() as cursor:  # the worker row is gone altogether
         cursor.execute("DELETE FROM queue_workers WHERE uid = %s", [uid])
     assert entries(viewer)[job_id]["waiting_reason"] == "waiting for worker w-target, which is unknown"
@@ -174,10 +208,16 @@ def test_priority(operator, enqueue):
     assert operator.get(f"/v2/jobs/{job_id}").json()["priority"] == 7
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"priority": 1001}, "priority"), ({"priority": "high"}, "priority"), ({}, "priority"),
-    ({"priority": 1.5}, "priority"), ({"priority": 1, "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"priority": 1001}, "priority"),
+        ({"priority": "high"}, "priority"),
+        ({}, "priority"),
+        ({"priority": 1.5}, "priority"),
+        ({"priority": 1, "extra": 1}, "extra"),
+    ],
+)
 def test_priority_validation(operator, enqueue, body, field):
     response = operator.patch(f"/v2/queue/{enqueue()}/priority", body)
     assert response.status_code == 422
@@ -229,16 +269,26 @@ def test_cancelling_a_running_job_asks_it_to_stop(operator, enqueue, worker, cla
     assert response.status_code == 409 and "being cancelled" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("action, body", [
-    ("pause", None), ("resume", None), ("run-next", None), ("move", {"direction": "up"}), ("cancel", None),
-])
+@pytest.mark.parametrize(
+    "action, body",
+    [
+        ("pause", None),
+        ("resume", None),
+        ("run-next", None),
+        ("move", {"direction": "up"}),
+        ("cancel", None),
+    ],
+)
 def test_controls_on_terminal_jobs_are_a_409(operator, completed_job, failed_job, action, body):
     for job_id in (completed_job, failed_job):
         response = operator.post(f"/v2/queue/{job_id}/{action}", body)
         assert response.status_code == 409, (action, response.content)
         assert "cannot" in response.json()["detail"]
     response = operator.patch(f"/v2/queue/{completed_job}/priority", {"priority": 1})
-    assert response.status_code == 409 and response.json()["detail"] == "cannot change priority: the job is completed"
+    assert (
+        response.status_code == 409
+        and response.json()["detail"] == "cannot change priority: the job is completed"
+    )
 
 
 def test_retry_applies_only_to_failed_jobs(operator, enqueue, failed_job, completed_job):
@@ -253,7 +303,12 @@ def test_retry_applies_only_to_failed_jobs(operator, enqueue, failed_job, comple
     retried = operator.post(f"/v2/queue/{failed_job}/retry")
     assert retried.status_code == 200
     entry = retried.json()
-    assert (entry["state"], entry["task_state"], entry["attempt"], entry["can_retry"]) == ("pending", "pending", 0, False)
+    assert (entry["state"], entry["task_state"], entry["attempt"], entry["can_retry"]) == (
+        "pending",
+        "pending",
+        0,
+        False,
+    )
     assert (entry["priority"], entry["position"]) == (before["priority"], before["position"])
     assert operator.get(f"/v2/jobs/{failed_job}").json()["manual_retry_count"] == 1
 
@@ -269,11 +324,19 @@ def test_redispatch_starts_a_new_execution(operator, enqueue, worker, claim, com
     assert operator.post(f"/v2/queue/{completed_job}/redispatch").status_code == 409
 
 
-@pytest.mark.parametrize("method, action, body", [
-    ("post", "pause", None), ("post", "resume", None), ("post", "cancel", None), ("post", "retry", None),
-    ("post", "run-next", None), ("post", "redispatch", None), ("post", "move", {"direction": "up"}),
-    ("patch", "priority", {"priority": 1}),
-])
+@pytest.mark.parametrize(
+    "method, action, body",
+    [
+        ("post", "pause", None),
+        ("post", "resume", None),
+        ("post", "cancel", None),
+        ("post", "retry", None),
+        ("post", "run-next", None),
+        ("post", "redispatch", None),
+        ("post", "move", {"direction": "up"}),
+        ("patch", "priority", {"priority": 1}),
+    ],
+)
 def test_controls_on_unknown_jobs(operator, method, action, body):
     response = getattr(operator, method)(f"/v2/queue/{uuid.uuid4()}/{action}", body)
     assert response.status_code == 404 and response.json() == {"detail": "job not found"}

@@ -63,6 +63,8 @@ lazy_schema = schemathesis.pytest.from_fixture("api_schema")
 
 @pytest.mark.django_db
 @lazy_schema.parametrize()
-@settings(max_examples=25, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=25, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
 def test_api_conforms_to_its_schema(case, api_schema):
     case.call_and_validate(headers={"Authorization": f"Bearer {api_schema.token}"}, checks=CHECKS)

@@ -13,10 +13,19 @@ from scheduler import queries, repository
 pytestmark = pytest.mark.django_db
 
 METRIC_NAMES = {
-    "jetencode_queue_tasks", "jetencode_jobs", "jetencode_running_tasks", "jetencode_vram_used_mb",
-    "jetencode_vram_total_mb", "jetencode_workers", "jetencode_stale_writes_rejected", "jetencode_recoveries",
-    "jetencode_retries", "jetencode_oldest_pending_seconds", "jetencode_stuck_running_tasks",
-    "jetencode_recovery_last_run_timestamp_seconds", "jetencode_claim_latency_seconds",
+    "jetencode_queue_tasks",
+    "jetencode_jobs",
+    "jetencode_running_tasks",
+    "jetencode_vram_used_mb",
+    "jetencode_vram_total_mb",
+    "jetencode_workers",
+    "jetencode_stale_writes_rejected",
+    "jetencode_recoveries",
+    "jetencode_retries",
+    "jetencode_oldest_pending_seconds",
+    "jetencode_stuck_running_tasks",
+    "jetencode_recovery_last_run_timestamp_seconds",
+    "jetencode_claim_latency_seconds",
     "jetencode_stage_duration_seconds",
 }
 
@@ -47,8 +56,15 @@ def test_stats(viewer, enqueue, failed_job, completed_job, make_worker_row, clai
     claim(uid, session)  # one running cpu stage
     enqueue()
     stats = viewer.get("/v2/stats").json()
-    assert stats["by_status"] == {"pending": 1, "running": 1, "retry_wait": 0, "paused": 0, "completed": 1,
-                                  "failed": 1, "cancelled": 0}
+    assert stats["by_status"] == {
+        "pending": 1,
+        "running": 1,
+        "retry_wait": 0,
+        "paused": 0,
+        "completed": 1,
+        "failed": 1,
+        "cancelled": 0,
+    }
     assert stats["running_by_category"] == {"cpu": 1, "gpu_encode": 0, "gpu_ai": 0}
     assert (stats["vram_used_mb"], stats["vram_total_mb"], stats["vram_available_mb"]) == (0, 12000, 12000)
     assert stats["jobs_by_type"] == {"noop": 4}
@@ -100,7 +116,9 @@ def test_metrics_exposes_every_agreed_name(anon, enqueue):
         assert (name + "_total", ()) in samples
     assert families["jetencode_claim_latency_seconds"] == "histogram"
     assert value(samples, "jetencode_jobs", status="pending") == 1
-    assert value(samples, "jetencode_queue_tasks", state="pending", pool="media", resource_category="cpu") == 1
+    assert (
+        value(samples, "jetencode_queue_tasks", state="pending", pool="media", resource_category="cpu") == 1
+    )
     assert value(samples, "jetencode_recovery_last_run_timestamp_seconds") == 0
 
 
@@ -118,14 +136,18 @@ def test_metrics_follow_the_queue(anon, enqueue, make_worker_row, claim, setting
     enqueue()
     claim(uid, session)
     with connection.cursor() as cursor:  # test setup: the lease ran out a second ago
-        cursor.execute("UPDATE queue_tasks SET lease_expires_at = now() - interval '1 second' WHERE state = 'running'")
+        cursor.execute(
+            "UPDATE queue_tasks SET lease_expires_at = now() - interval '1 second' WHERE state = 'running'"
+        )
     assert [outcome for _, outcome in repository.recover_expired()] == ["retry_wait"]
     repository.note_recovery_ran()
     # A stuck task: a third job's lease expired long ago and nobody recovered it.
     enqueue()
     claim(uid, session)
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE queue_tasks SET lease_expires_at = now() - interval '1 hour' WHERE state = 'running'")
+        cursor.execute(
+            "UPDATE queue_tasks SET lease_expires_at = now() - interval '1 hour' WHERE state = 'running'"
+        )
     # A completed stage for the duration histogram.
     enqueue()
     done, _ = claim(uid, session)
@@ -140,7 +162,10 @@ def test_metrics_follow_the_queue(anon, enqueue, make_worker_row, claim, setting
     assert value(samples, "jetencode_running_tasks", resource_category="cpu") == 1
     assert value(samples, "jetencode_workers", lifecycle="active") == 1
     assert value(samples, "jetencode_vram_total_mb") == 16000
-    assert value(samples, "jetencode_queue_tasks", state="retry_wait", pool="media", resource_category="cpu") == 2
+    assert (
+        value(samples, "jetencode_queue_tasks", state="retry_wait", pool="media", resource_category="cpu")
+        == 2
+    )
     # Claims of the last 5 minutes that are running or finished (the two waiting to retry are not counted).
     assert value(samples, "jetencode_claim_latency_seconds_count") == 2
     assert value(samples, "jetencode_claim_latency_seconds_bucket", le="+Inf") == 2
@@ -152,7 +177,10 @@ def test_metrics_follow_the_queue(anon, enqueue, make_worker_row, claim, setting
 def test_oldest_pending_counts_runnable_unpaused_work(anon, enqueue):
     job_id = enqueue()
     with connection.cursor() as cursor:  # test setup: it became runnable ten minutes ago
-        cursor.execute("UPDATE job_schedule SET media_runnable_at = now() - interval '10 minutes' WHERE job_id = %s", [job_id])
+        cursor.execute(
+            "UPDATE job_schedule SET media_runnable_at = now() - interval '10 minutes' WHERE job_id = %s",
+            [job_id],
+        )
     _, samples = scrape(anon)
     assert 590 <= value(samples, "jetencode_oldest_pending_seconds") <= 700
     repository.pause(job_id)  # a paused job is not waiting for a slot
@@ -166,9 +194,22 @@ def test_oldest_pending_counts_runnable_unpaused_work(anon, enqueue):
 def test_the_openapi_document_and_the_docs(anon):
     schema = anon.get("/v2/openapi.json").json()
     assert schema["info"]["title"] == "JetEncode API"
-    for path in ("/v2/jobs", "/v2/jobs/{job_id}", "/v2/jobs/{job_id}/tasks", "/v2/queue", "/v2/queue/{job_id}/run-next",
-                 "/v2/queue/{job_id}/priority", "/v2/queue/{job_id}/move", "/v2/queue/{job_id}/redispatch",
-                 "/v2/workers", "/v2/workers/{uid}/drain", "/v2/stats", "/v1/sysinfo", "/healthz", "/metrics"):
+    for path in (
+        "/v2/jobs",
+        "/v2/jobs/{job_id}",
+        "/v2/jobs/{job_id}/tasks",
+        "/v2/queue",
+        "/v2/queue/{job_id}/run-next",
+        "/v2/queue/{job_id}/priority",
+        "/v2/queue/{job_id}/move",
+        "/v2/queue/{job_id}/redispatch",
+        "/v2/workers",
+        "/v2/workers/{uid}/drain",
+        "/v2/stats",
+        "/v1/sysinfo",
+        "/healthz",
+        "/metrics",
+    ):
         assert path in schema["paths"], path
     assert set(schema["components"]["securitySchemes"]) == {"TokenAuth", "SessionAuth"}
     assert "security" not in schema["paths"]["/healthz"]["get"]

@@ -19,10 +19,18 @@ def test_it_lists_workers_with_capacity_and_utilization(viewer, make_worker_row,
     assert (w["lifecycle"], w["session_id"], w["hostname"]) == ("active", str(session), "test")
     assert w["media"] == {"capacity": 3, "running": 1}
     assert w["background"] == {"capacity": 1, "running": 0}
-    assert w["categories"] == {"cpu": {"capacity": 2, "running": 1}, "gpu_encode": {"capacity": 1, "running": 0}}
+    assert w["categories"] == {
+        "cpu": {"capacity": 2, "running": 1},
+        "gpu_encode": {"capacity": 1, "running": 0},
+    }
     assert (w["vram_total_mb"], w["vram_used_mb"]) == (8000, 0)
     [active] = w["active_tasks"]
-    assert (active["id"], active["job_id"], active["task_type"], active["job_type"]) == (task.id, str(job_id), "noop", "noop")
+    assert (active["id"], active["job_id"], active["task_type"], active["job_type"]) == (
+        task.id,
+        str(job_id),
+        "noop",
+        "noop",
+    )
     assert w["last_heartbeat_at"] and w["registered_at"]
     assert isinstance(w["system_sample"], dict) and isinstance(w["capabilities"], dict)
 
@@ -37,13 +45,19 @@ def test_worker_detail_includes_its_latest_system_sample(viewer, make_worker_row
 def test_a_silent_worker_is_reported_offline(viewer, make_worker_row):
     uid, _ = make_worker_row("w-quiet")
     with connection.cursor() as cursor:  # test setup: its heartbeat stopped an hour ago
-        cursor.execute("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid])
+        cursor.execute(
+            "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid]
+        )
     assert viewer.get(f"/v2/workers/{uid}").json()["lifecycle"] == "offline"
 
 
 def test_unknown_workers_are_a_404_in_json(viewer, operator):
-    for response in (viewer.get("/v2/workers/w-ghost"), operator.post("/v2/workers/w-ghost/drain"),
-                     viewer.get("/v2/workers/a%2Fb"), operator.post("/v2/workers/a%2Fb/drain")):
+    for response in (
+        viewer.get("/v2/workers/w-ghost"),
+        operator.post("/v2/workers/w-ghost/drain"),
+        viewer.get("/v2/workers/a%2Fb"),
+        operator.post("/v2/workers/a%2Fb/drain"),
+    ):
         assert response.status_code == 404
         assert response.json() == {"detail": "worker not found"} or response.json() == {"detail": "not found"}
 
@@ -62,7 +76,9 @@ def test_drain_stops_new_claims_and_targets(operator, worker, enqueue):
 def test_an_offline_worker_cannot_be_drained(operator, make_worker_row):
     uid, _ = make_worker_row("w-gone")
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid])
+        cursor.execute(
+            "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [uid]
+        )
     repository.mark_stale_workers(60)
     response = operator.post(f"/v2/workers/{uid}/drain")
     assert response.status_code == 409 and response.json() == {"detail": "worker w-gone is offline"}

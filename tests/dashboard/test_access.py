@@ -151,7 +151,9 @@ def test_actions_refuse_get(operator_client, job):
 
 
 def test_the_operator_may_act(operator_client, job):
-    response = operator_client.post(reverse("dashboard:job_action", args=[job, "pause"]), HTTP_ACCEPT="application/json")
+    response = operator_client.post(
+        reverse("dashboard:job_action", args=[job, "pause"]), HTTP_ACCEPT="application/json"
+    )
     assert response.status_code == 200
     assert response.json()["job"]["paused"] is True
     assert repository_state(job) == ("paused", True)
@@ -179,9 +181,13 @@ def test_actions_need_a_csrf_token(bob, job):
 def test_unknown_jobs_and_actions_are_404(operator_client, job):
     missing = uuid.uuid4()
     assert operator_client.post(reverse("dashboard:job_action", args=[missing, "pause"])).status_code == 302
-    response = operator_client.post(reverse("dashboard:job_action", args=[missing, "pause"]), HTTP_ACCEPT="application/json")
+    response = operator_client.post(
+        reverse("dashboard:job_action", args=[missing, "pause"]), HTTP_ACCEPT="application/json"
+    )
     assert response.status_code == 404
-    response = operator_client.post(reverse("dashboard:job_action", args=[job, "explode"]), HTTP_ACCEPT="application/json")
+    response = operator_client.post(
+        reverse("dashboard:job_action", args=[job, "explode"]), HTTP_ACCEPT="application/json"
+    )
     assert response.status_code == 404
     assert operator_client.get(reverse("dashboard:job", args=[missing])).status_code == 404
     assert operator_client.get(reverse("dashboard:worker", args=["nobody-here"])).status_code == 404

@@ -48,7 +48,9 @@ def test_queue_models_cannot_be_added_changed_or_deleted(superuser_client, enque
     job = enqueue("noop")
     for model in (Job, JobSchedule, QueueTask, QueueWorker):
         opts = model._meta
-        assert superuser_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add")).status_code == 403
+        assert (
+            superuser_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add")).status_code == 403
+        )
     change = superuser_client.get(reverse("admin:scheduler_jobschedule_change", args=[job])).content.decode()
     assert 'name="priority"' not in change  # shown, not editable
     task = QueueTask.objects.get(job_id=job)
@@ -117,10 +119,20 @@ def test_the_task_changelist_never_counts_the_table(superuser_client, enqueue):
         enqueue("noop", {"children": 0})
     with CaptureQueriesContext(connection) as queries:
         for query in ("", "?state=pending", "?q=1", "?p=2"):
-            assert superuser_client.get(reverse("admin:scheduler_queuetask_changelist") + query).status_code in (200, 302)
-    counting = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper() and "queue_tasks" in q["sql"]]
+            assert superuser_client.get(
+                reverse("admin:scheduler_queuetask_changelist") + query
+            ).status_code in (200, 302)
+    counting = [
+        q["sql"]
+        for q in queries.captured_queries
+        if "COUNT(" in q["sql"].upper() and "queue_tasks" in q["sql"]
+    ]
     assert counting == []
-    distinct = [q["sql"] for q in queries.captured_queries if "DISTINCT" in q["sql"].upper() and "queue_tasks" in q["sql"]]
+    distinct = [
+        q["sql"]
+        for q in queries.captured_queries
+        if "DISTINCT" in q["sql"].upper() and "queue_tasks" in q["sql"]
+    ]
     assert distinct == []
 
 
@@ -136,13 +148,20 @@ def test_task_search_by_ids(superuser_client, enqueue):
 
 def test_adding_an_api_token_shows_it_once_and_stores_its_hash(superuser_client, bob):
     response = superuser_client.post(
-        reverse("admin:jetencode_apitoken_add"), {"user": bob.pk, "name": "ci", "scope": "operate"}, follow=True
+        reverse("admin:jetencode_apitoken_add"),
+        {"user": bob.pk, "name": "ci", "scope": "operate"},
+        follow=True,
     )
     token = ApiToken.objects.get()
     body = response.content.decode()
-    raw = body[body.index("jet_"):].split(" ")[0]
+    raw = body[body.index("jet_") :].split(" ")[0]
     assert token.token_hash == hash_token(raw)
     assert token.prefix == raw[:12]
-    assert raw not in superuser_client.get(reverse("admin:jetencode_apitoken_change", args=[token.pk])).content.decode()
+    assert (
+        raw
+        not in superuser_client.get(
+            reverse("admin:jetencode_apitoken_change", args=[token.pk])
+        ).content.decode()
+    )
     run_action(superuser_client, ApiToken, "revoke_tokens", [token.pk])
     assert ApiToken.objects.get().revoked

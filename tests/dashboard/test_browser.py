@@ -86,7 +86,9 @@ def log_in(page, username: str) -> None:
 
 
 def queue_order(page) -> list[str]:
-    return page.eval_on_selector_all('section[data-group="pending"] tr[data-job-id]', "rows => rows.map(r => r.dataset.jobId)")
+    return page.eval_on_selector_all(
+        'section[data-group="pending"] tr[data-job-id]', "rows => rows.map(r => r.dataset.jobId)"
+    )
 
 
 def wait_for_status(job_id, status: str, seconds: float = 20) -> None:
@@ -105,24 +107,30 @@ def worker(database_url, tmp_path):
     """A real worker process against the live server's database, stopped before the flush."""
     uid = f"browser-{os.getpid()}"
     env = {key: value for key, value in os.environ.items() if not key.startswith("JETENCODE_")}
-    env.update({
-        "DATABASE_URL": database_url,
-        "JETENCODE_VAR_DIR": str(tmp_path / "var"),
-        "JETENCODE_WORKSPACE_ROOT": str(tmp_path / "workspace"),
-        "JETENCODE_OUTPUT_ROOT": str(tmp_path / "outputs"),
-        "JETENCODE_MEDIA_ROOT": str(tmp_path / "media"),
-        "JETENCODE_POLL_SECONDS": "0.5",
-        "JETENCODE_HEARTBEAT_SECONDS": "0.5",
-        "JETENCODE_LEASE_SECONDS": "4",
-        "JETENCODE_RECOVERY_INTERVAL_SECONDS": "1",
-        "JETENCODE_SHUTDOWN_GRACE_SECONDS": "2",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "JETENCODE_VAR_DIR": str(tmp_path / "var"),
+            "JETENCODE_WORKSPACE_ROOT": str(tmp_path / "workspace"),
+            "JETENCODE_OUTPUT_ROOT": str(tmp_path / "outputs"),
+            "JETENCODE_MEDIA_ROOT": str(tmp_path / "media"),
+            "JETENCODE_POLL_SECONDS": "0.5",
+            "JETENCODE_HEARTBEAT_SECONDS": "0.5",
+            "JETENCODE_LEASE_SECONDS": "4",
+            "JETENCODE_RECOVERY_INTERVAL_SECONDS": "1",
+            "JETENCODE_SHUTDOWN_GRACE_SECONDS": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [sys.executable, "manage.py", "runworker", "--uid", uid, "--concurrency", "2"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     try:
         deadline = time.monotonic() + 30
@@ -159,7 +167,7 @@ def test_log_in_create_a_noop_job_and_watch_it_complete(page, bob, worker):
     page.wait_for_selector('[data-job-status="running"], [data-job-status="completed"]')
     page.wait_for_selector('[data-job-status="completed"]')
     assert page.get_attribute('[data-job-progress] [role="progressbar"]', "aria-valuenow") == "100"
-    page.wait_for_selector('tr[data-task-id] .badge.b-completed')
+    page.wait_for_selector("tr[data-task-id] .badge.b-completed")
     shot(page, "job-completed")
 
     page.click("text=Jobs")
@@ -175,20 +183,26 @@ def test_reorder_two_queued_jobs(page, bob, enqueue):
     row(page, first).locator('button[data-act="down"]').click()
     page.wait_for_function(
         "ids => [...document.querySelectorAll('section[data-group=\"pending\"] tr[data-job-id]')]"
-        ".map(r => r.dataset.jobId).join() === ids", arg=f"{second},{first}")
+        ".map(r => r.dataset.jobId).join() === ids",
+        arg=f"{second},{first}",
+    )
     assert "Moved noop" in page.inner_text("#flash")
     shot(page, "queue-reordered")
 
     row(page, first).locator('button[data-act="run-next"]').click()
     page.wait_for_function(
         "ids => [...document.querySelectorAll('section[data-group=\"pending\"] tr[data-job-id]')]"
-        ".map(r => r.dataset.jobId).join() === ids", arg=f"{first},{second}")
+        ".map(r => r.dataset.jobId).join() === ids",
+        arg=f"{first},{second}",
+    )
 
     row(page, second).locator('input[name="priority"]').fill("9")
     row(page, second).locator('button[data-act="priority"]').click()
     page.wait_for_function(
         "ids => [...document.querySelectorAll('section[data-group=\"pending\"] tr[data-job-id]')]"
-        ".map(r => r.dataset.jobId).join() === ids", arg=f"{second},{first}")
+        ".map(r => r.dataset.jobId).join() === ids",
+        arg=f"{second},{first}",
+    )
     assert row(page, second).locator("[data-priority]").inner_text() == "9"
 
 
@@ -228,8 +242,14 @@ def test_a_viewer_sees_no_controls(page, charlie, enqueue, make_worker_row):
     assert page.locator("form[data-action]").count() == 0
     assert page.locator('[data-role="viewer"]').count() == 1
     shot(page, "queue-viewer")
-    for path in ("/dashboard/", "/dashboard/jobs", f"/dashboard/jobs/{job}", "/dashboard/library",
-                 "/dashboard/workers", "/dashboard/workers/w-viewer"):
+    for path in (
+        "/dashboard/",
+        "/dashboard/jobs",
+        f"/dashboard/jobs/{job}",
+        "/dashboard/library",
+        "/dashboard/workers",
+        "/dashboard/workers/w-viewer",
+    ):
         page.goto(path)
         assert page.locator("form[data-action], #job-form, #library-form").count() == 0, path
         assert page.locator("text=New job").count() == 0, path
@@ -239,7 +259,9 @@ def test_a_viewer_sees_no_controls(page, charlie, enqueue, make_worker_row):
             const token = document.cookie.match(/csrftoken=([^;]+)/)[1];
             const r = await fetch(url, {method: "POST", headers: {"X-CSRFToken": token, "Accept": "application/json"}});
             return r.status;
-        }""", f"/dashboard/jobs/{job}/actions/cancel")
+        }""",
+        f"/dashboard/jobs/{job}/actions/cancel",
+    )
     assert status == 403
     page.js_errors.remove("Failed to load resource: the server responded with a status of 403 (Forbidden)")
     assert Job.objects.get(pk=job).status == "pending"

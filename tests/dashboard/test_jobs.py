@@ -62,7 +62,10 @@ def test_filters_by_status_type_category_and_worker(viewer_client, enqueue, make
     gpu = enqueue("noop", required_category="gpu_encode", required_vram_mb=2000, hardware="gpu")
 
     assert job_ids(viewer_client.get(JOBS + "?status=completed").content.decode()) == [str(done)]
-    assert set(job_ids(viewer_client.get(JOBS + "?status=pending").content.decode())) == {str(waiting), str(gpu)}
+    assert set(job_ids(viewer_client.get(JOBS + "?status=pending").content.decode())) == {
+        str(waiting),
+        str(gpu),
+    }
     assert job_ids(viewer_client.get(JOBS + "?resource_category=gpu_encode").content.decode()) == [str(gpu)]
     assert str(gpu) not in job_ids(viewer_client.get(JOBS + "?resource_category=cpu").content.decode())
     assert job_ids(viewer_client.get(JOBS + f"?worker={uid}").content.decode()) == [str(done)]
@@ -126,8 +129,15 @@ def test_every_type_has_a_form(operator_client):
 def test_creating_a_noop_job_opens_its_page(operator_client, bob):
     response = operator_client.post(
         reverse("dashboard:job_new") + "?type=noop",
-        {"type": "noop", "p.seconds": "1.5", "p.fail_attempts": "", "p.children": "2", "priority": "7",
-         "max_attempts": "3", "hardware": "auto"},
+        {
+            "type": "noop",
+            "p.seconds": "1.5",
+            "p.fail_attempts": "",
+            "p.children": "2",
+            "priority": "7",
+            "max_attempts": "3",
+            "hardware": "auto",
+        },
     )
     assert response.status_code == 302
     job = Job.objects.select_related("schedule").get()
@@ -150,7 +160,9 @@ def test_invalid_input_comes_back_with_the_schemas_messages(operator_client):
 
 
 def test_a_model_level_error_is_shown_at_the_top(operator_client):
-    response = operator_client.post(reverse("dashboard:job_new") + "?type=validate", {"type": "validate", "priority": "0"})
+    response = operator_client.post(
+        reverse("dashboard:job_new") + "?type=validate", {"type": "validate", "priority": "0"}
+    )
     assert response.status_code == 422
     assert "give exactly one of input" in response.content.decode()
 
@@ -173,7 +185,8 @@ def test_json_fields_must_be_json(operator_client):
 
 def test_an_unknown_worker_target_is_refused_on_its_field(operator_client):
     response = operator_client.post(
-        reverse("dashboard:job_new") + "?type=noop", {"type": "noop", "required_worker_uid": "ghost", "priority": "0"}
+        reverse("dashboard:job_new") + "?type=noop",
+        {"type": "noop", "required_worker_uid": "ghost", "priority": "0"},
     )
     assert response.status_code == 422
     assert 'class="field has-error"><label for="f-worker">' in response.content.decode()
@@ -219,7 +232,9 @@ def test_redispatch_starts_a_new_execution(operator_client, enqueue, make_worker
     uid, session = make_worker_row("w-lost")
     job = enqueue("noop", {"seconds": 30})
     repository.claim(uid, session, "media", 30)
-    response = operator_client.post(reverse("dashboard:job_action", args=[job, "redispatch"]), HTTP_ACCEPT="application/json")
+    response = operator_client.post(
+        reverse("dashboard:job_action", args=[job, "redispatch"]), HTTP_ACCEPT="application/json"
+    )
     assert response.status_code == 200
     assert Job.objects.select_related("schedule").get(pk=job).schedule.execution_id == 2
 
@@ -232,14 +247,22 @@ def test_outputs_are_shown_as_images_and_playable_video(viewer_client, enqueue, 
     (directory / "thumb.jpg").write_bytes(b"\xff\xd8\xff fake jpeg")
     (directory / "clip.mp4").write_bytes(b"\x00" * 2048)
     (directory / "segments.json").write_text("[]")
-    run_to_completion(uid, session, outputs=[
-        repository.Output("thumb.jpg", "image", 14), repository.Output("clip.mp4", "video", 2048),
-        repository.Output("segments.json", "data", 2),
-    ])
+    run_to_completion(
+        uid,
+        session,
+        outputs=[
+            repository.Output("thumb.jpg", "image", 14),
+            repository.Output("clip.mp4", "video", 2048),
+            repository.Output("segments.json", "data", 2),
+        ],
+    )
     assert JobOutput.objects.filter(job_id=job).count() == 3
     html = viewer_client.get(reverse("dashboard:job", args=[job])).content.decode()
     assert f'<img src="{reverse("dashboard:job_output", args=[job, "thumb.jpg"])}"' in html
-    assert f'<video controls preload="metadata" src="{reverse("dashboard:job_output", args=[job, "clip.mp4"])}"' in html
+    assert (
+        f'<video controls preload="metadata" src="{reverse("dashboard:job_output", args=[job, "clip.mp4"])}"'
+        in html
+    )
     assert reverse("dashboard:job_output", args=[job, "segments.json"]) in html
 
 
@@ -271,7 +294,9 @@ def test_unknown_output_types_download_instead_of_rendering(viewer_client, enque
     assert response["Content-Disposition"].startswith("attachment")
 
 
-def test_the_output_view_refuses_everything_outside_the_jobs_directory(viewer_client, enqueue, outputs, tmp_path):
+def test_the_output_view_refuses_everything_outside_the_jobs_directory(
+    viewer_client, enqueue, outputs, tmp_path
+):
     job, other = enqueue("noop"), enqueue("noop")
     (outputs / str(job)).mkdir()
     (outputs / str(other)).mkdir()
@@ -281,8 +306,17 @@ def test_the_output_view_refuses_everything_outside_the_jobs_directory(viewer_cl
     os.symlink(outputs / str(other), outputs / str(job) / "otherdir")
     (outputs / str(job) / ".partial.mp4").write_bytes(b"x")
     base = f"/dashboard/jobs/{job}/outputs/"
-    for name in ["../" + str(other) + "/secret.txt", "..%2f" + str(other) + "%2fsecret.txt", "link.txt",
-                 "otherdir/secret.txt", ".partial.mp4", "missing.mp4", "%2e%2e/%2e%2e/etc/passwd", "/etc/passwd", ""]:
+    for name in [
+        "../" + str(other) + "/secret.txt",
+        "..%2f" + str(other) + "%2fsecret.txt",
+        "link.txt",
+        "otherdir/secret.txt",
+        ".partial.mp4",
+        "missing.mp4",
+        "%2e%2e/%2e%2e/etc/passwd",
+        "/etc/passwd",
+        "",
+    ]:
         response = viewer_client.get(base + name)
         assert response.status_code == 404, name
     # a job that does not exist has no outputs at all

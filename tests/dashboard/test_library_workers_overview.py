@@ -18,11 +18,28 @@ LIBRARY = "/dashboard/library"
 @pytest.fixture
 def assets(db):
     return [
-        MediaAsset.objects.create(path="videos/beach.mp4", title="Beach", directory="videos", duration_seconds=12.5,
-                                  width=1920, height=1080, fps=30, video_codec="h264", audio_codec="aac",
-                                  orientation="landscape", valid=True, size_bytes=5_000_000, tags=["1080p", "landscape"]),
-        MediaAsset.objects.create(path="inbox/broken.mp4", title="Broken", directory="inbox", valid=False,
-                                  invalid_reason="moov atom not found"),
+        MediaAsset.objects.create(
+            path="videos/beach.mp4",
+            title="Beach",
+            directory="videos",
+            duration_seconds=12.5,
+            width=1920,
+            height=1080,
+            fps=30,
+            video_codec="h264",
+            audio_codec="aac",
+            orientation="landscape",
+            valid=True,
+            size_bytes=5_000_000,
+            tags=["1080p", "landscape"],
+        ),
+        MediaAsset.objects.create(
+            path="inbox/broken.mp4",
+            title="Broken",
+            directory="inbox",
+            valid=False,
+            invalid_reason="moov atom not found",
+        ),
         MediaAsset.objects.create(path="inbox/new.mov", directory="inbox", orientation="portrait"),
     ]
 
@@ -47,7 +64,10 @@ def test_the_library_lists_metadata_and_validity(viewer_client, assets):
 def test_search_and_filters(viewer_client, assets):
     beach, broken, new = assets
     assert asset_ids(viewer_client.get(LIBRARY + "?q=beach").content.decode()) == [str(beach.id)]
-    assert set(asset_ids(viewer_client.get(LIBRARY + "?directory=inbox").content.decode())) == {str(broken.id), str(new.id)}
+    assert set(asset_ids(viewer_client.get(LIBRARY + "?directory=inbox").content.decode())) == {
+        str(broken.id),
+        str(new.id),
+    }
     assert asset_ids(viewer_client.get(LIBRARY + "?validity=invalid").content.decode()) == [str(broken.id)]
     assert asset_ids(viewer_client.get(LIBRARY + "?validity=unchecked").content.decode()) == [str(new.id)]
     assert asset_ids(viewer_client.get(LIBRARY + "?orientation=portrait").content.decode()) == [str(new.id)]
@@ -55,7 +75,9 @@ def test_search_and_filters(viewer_client, assets):
 
 def test_a_per_asset_action_creates_one_job_and_opens_it(operator_client, assets):
     beach = assets[0]
-    response = operator_client.post(reverse("dashboard:library_action"), {"one": f"thumbnail_generate:{beach.id}"})
+    response = operator_client.post(
+        reverse("dashboard:library_action"), {"one": f"thumbnail_generate:{beach.id}"}
+    )
     job = Job.objects.get()
     assert response.status_code == 302
     assert response["Location"] == reverse("dashboard:job", args=[job.id])
@@ -65,7 +87,11 @@ def test_a_per_asset_action_creates_one_job_and_opens_it(operator_client, assets
 def test_a_bulk_action_creates_a_job_per_asset_and_lists_them(operator_client, assets):
     response = operator_client.post(
         reverse("dashboard:library_action"),
-        {"action": "move_to_library", "asset": [str(a.id) for a in assets[1:]], "target_directory": "videos/sorted"},
+        {
+            "action": "move_to_library",
+            "asset": [str(a.id) for a in assets[1:]],
+            "target_directory": "videos/sorted",
+        },
     )
     jobs = list(Job.objects.all())
     assert len(jobs) == 2
@@ -76,8 +102,10 @@ def test_a_bulk_action_creates_a_job_per_asset_and_lists_them(operator_client, a
     assert all(str(j.id) in location for j in jobs)
 
 
-@pytest.mark.parametrize("action", ["transcode", "reencode_streaming", "thumbnail_generate", "validate",
-                                    "move_to_library", "scene_extract"])
+@pytest.mark.parametrize(
+    "action",
+    ["transcode", "reencode_streaming", "thumbnail_generate", "validate", "move_to_library", "scene_extract"],
+)
 def test_every_library_action_creates_its_job_type(operator_client, assets, action):
     operator_client.post(reverse("dashboard:library_action"), {"one": f"{action}:{assets[0].id}"})
     assert Job.objects.get().type == action
@@ -86,13 +114,16 @@ def test_every_library_action_creates_its_job_type(operator_client, assets, acti
 def test_library_actions_report_refusals(operator_client, assets):
     response = operator_client.post(
         reverse("dashboard:library_action"),
-        {"action": "move_to_library", "asset": [str(assets[0].id)], "target_directory": "../escape"}, follow=True,
+        {"action": "move_to_library", "asset": [str(assets[0].id)], "target_directory": "../escape"},
+        follow=True,
     )
     assert Job.objects.count() == 0
     assert "not created for videos/beach.mp4" in response.content.decode()
     response = operator_client.post(reverse("dashboard:library_action"), {"action": "validate"}, follow=True)
     assert "Select at least one asset" in response.content.decode()
-    response = operator_client.post(reverse("dashboard:library_action"), {"action": "explode", "asset": [str(assets[0].id)]}, follow=True)
+    response = operator_client.post(
+        reverse("dashboard:library_action"), {"action": "explode", "asset": [str(assets[0].id)]}, follow=True
+    )
     assert "Choose an action" in response.content.decode()
 
 
@@ -118,11 +149,16 @@ def test_thumbnails_are_served_from_the_output_root_only(viewer_client, assets, 
 @pytest.fixture
 def busy_worker(make_worker_row, enqueue):
     uid, session = make_worker_row("w-gpu", concurrency=4, limits={"cpu": 2, "gpu_encode": 2}, vram=8000)
-    repository.worker_heartbeat(uid, session, {
-        "cpu_percent": 42.0, "load_average": [1.5, 1.2, 1.0],
-        "memory": {"total": 16 * 2**30, "used": 4 * 2**30, "percent": 25.0},
-        "disk": {"total": 100 * 2**30, "free": 60 * 2**30, "percent": 40.0, "path": "/tmp"},
-    })
+    repository.worker_heartbeat(
+        uid,
+        session,
+        {
+            "cpu_percent": 42.0,
+            "load_average": [1.5, 1.2, 1.0],
+            "memory": {"total": 16 * 2**30, "used": 4 * 2**30, "percent": 25.0},
+            "disk": {"total": 100 * 2**30, "free": 60 * 2**30, "percent": 40.0, "path": "/tmp"},
+        },
+    )
     job = enqueue("noop", {"seconds": 60})
     repository.claim(uid, session, "media", 30)
     return uid, job
@@ -159,10 +195,17 @@ def test_drain_and_its_409(operator_client, busy_worker, make_worker_row):
 
     gone, session = make_worker_row("w-gone")
     repository.set_session_lifecycle(gone, session, "offline")
-    response = operator_client.post(reverse("dashboard:worker_drain", args=[gone]), HTTP_ACCEPT="application/json")
+    response = operator_client.post(
+        reverse("dashboard:worker_drain", args=[gone]), HTTP_ACCEPT="application/json"
+    )
     assert response.status_code == 409
     assert "offline" in response.json()["detail"]
-    assert operator_client.post(reverse("dashboard:worker_drain", args=["nobody"]), HTTP_ACCEPT="application/json").status_code == 404
+    assert (
+        operator_client.post(
+            reverse("dashboard:worker_drain", args=["nobody"]), HTTP_ACCEPT="application/json"
+        ).status_code
+        == 404
+    )
 
 
 # --- overview and charts --------------------------------------------------------------------------
@@ -179,8 +222,13 @@ def test_the_overview_counts_jobs_by_state(viewer_client, enqueue):
 def test_the_overview_draws_samples_as_svg(viewer_client, db):
     now = timezone.now().replace(second=0, microsecond=0)
     for minutes in range(30):
-        QueueSample.objects.create(at=now - timedelta(minutes=minutes), pending=minutes % 7, running=2,
-                                   completed=3, failed=minutes % 2)
+        QueueSample.objects.create(
+            at=now - timedelta(minutes=minutes),
+            pending=minutes % 7,
+            running=2,
+            completed=3,
+            failed=minutes % 2,
+        )
     html = viewer_client.get(reverse("dashboard:overview") + "?hours=1").content.decode()
     assert html.count('<svg class="chart"') == 2
     assert 'class="s-completed"' in html and 'class="s-failed"' in html
@@ -194,9 +242,24 @@ def test_buckets_sum_throughput_and_leave_gaps_in_depth():
     win = charts.window(6, now)
     assert win.count == 72 and win.bucket == timedelta(minutes=5)
     rows = [
-        {"at": win.time(10), "completed": 2, "failed": 1, "pending": 4, "running": 1, "retry_wait": 0, "paused": 0},
-        {"at": win.time(10) + timedelta(minutes=1), "completed": 3, "failed": 0, "pending": 6, "running": 1,
-         "retry_wait": 0, "paused": 0},
+        {
+            "at": win.time(10),
+            "completed": 2,
+            "failed": 1,
+            "pending": 4,
+            "running": 1,
+            "retry_wait": 0,
+            "paused": 0,
+        },
+        {
+            "at": win.time(10) + timedelta(minutes=1),
+            "completed": 3,
+            "failed": 0,
+            "pending": 6,
+            "running": 1,
+            "retry_wait": 0,
+            "paused": 0,
+        },
     ]
     data = charts.bucketize(rows, win)
     assert data["completed"][10] == 5 and data["failed"][10] == 1

@@ -31,7 +31,9 @@ def section(html: str, group: str) -> str:
 
 
 def post(client, job_id, action, **data):
-    return client.post(reverse("dashboard:job_action", args=[job_id, action]), data, HTTP_ACCEPT="application/json")
+    return client.post(
+        reverse("dashboard:job_action", args=[job_id, action]), data, HTTP_ACCEPT="application/json"
+    )
 
 
 def test_pending_jobs_wait_in_the_pending_section_with_their_reason(viewer_client, enqueue):
@@ -43,7 +45,9 @@ def test_pending_jobs_wait_in_the_pending_section_with_their_reason(viewer_clien
     assert "waited" in pending
 
 
-def test_a_targeted_job_appears_under_its_worker_before_anyone_claims_it(viewer_client, enqueue, make_worker_row):
+def test_a_targeted_job_appears_under_its_worker_before_anyone_claims_it(
+    viewer_client, enqueue, make_worker_row
+):
     uid, _ = make_worker_row("w-target")
     job = enqueue("noop", required_worker_uid=uid)
     html = viewer_client.get(QUEUE).content.decode()
@@ -59,7 +63,7 @@ def test_a_running_job_is_under_its_worker_and_shows_no_waiting_time(viewer_clie
     html = viewer_client.get(QUEUE).content.decode()
     block = section(html, uid)
     assert str(job) in block
-    row = block[block.index(str(job)):]
+    row = block[block.index(str(job)) :]
     row = row[: row.index("</tr>")]
     assert "running" in row
     assert "waited" not in row and "retry in" not in row
@@ -71,7 +75,7 @@ def test_retry_wait_shows_a_countdown(viewer_client, enqueue, make_worker_row):
     _, lease = claim(uid, session)
     assert repository.fail(lease, "boom", retryable=True).outcome == "retry_wait"
     html = viewer_client.get(QUEUE).content.decode()
-    row = html[html.index(f'data-job-id="{job}"'):]
+    row = html[html.index(f'data-job-id="{job}"') :]
     row = row[: row.index("</tr>")]
     assert "retry in" in row
     assert "data-count-down" in row
@@ -84,7 +88,7 @@ def test_a_failed_job_offers_retry_only(operator_client, enqueue, make_worker_ro
     _, lease = claim(uid, session)
     assert repository.fail(lease, "bad input", retryable=False).outcome == "failed"
     html = operator_client.get(QUEUE).content.decode()
-    row = html[html.index(f'data-job-id="{job}"'):]
+    row = html[html.index(f'data-job-id="{job}"') :]
     row = row[: row.index("</tr>")]
     assert reverse("dashboard:job_action", args=[job, "retry"]) in row
     assert reverse("dashboard:job_action", args=[job, "pause"]) not in row
@@ -156,14 +160,18 @@ def test_pause_resume_and_the_409_reason(operator_client, enqueue):
 def test_a_409_without_javascript_is_a_flash_message(operator_client, enqueue):
     job = enqueue("noop")
     operator_client.post(reverse("dashboard:job_action", args=[job, "cancel"]))
-    response = operator_client.post(reverse("dashboard:job_action", args=[job, "pause"]), {"next": QUEUE}, follow=True)
+    response = operator_client.post(
+        reverse("dashboard:job_action", args=[job, "pause"]), {"next": QUEUE}, follow=True
+    )
     assert response.redirect_chain[-1][0] == QUEUE
     assert "cannot pause: the job is cancelled" in response.content.decode()
 
 
 def test_next_must_stay_on_this_site(operator_client, enqueue):
     job = enqueue("noop")
-    response = operator_client.post(reverse("dashboard:job_action", args=[job, "pause"]), {"next": "https://evil.example/"})
+    response = operator_client.post(
+        reverse("dashboard:job_action", args=[job, "pause"]), {"next": "https://evil.example/"}
+    )
     assert response["Location"] == QUEUE
 
 
@@ -175,7 +183,7 @@ def test_cancel_a_running_job_marks_it_cancelling(operator_client, enqueue, make
     assert response.status_code == 200
     assert "next heartbeat" in response.json()["detail"]
     html = operator_client.get(QUEUE).content.decode()
-    row = html[html.index(f'data-job-id="{job}"'):]
+    row = html[html.index(f'data-job-id="{job}"') :]
     assert "cancelling" in row[: row.index("</tr>")]
 
 

@@ -44,15 +44,45 @@ def ffmpeg() -> str:
 @pytest.fixture(scope="session")
 def clips(tmp_path_factory, ffmpeg) -> Clips:
     out = tmp_path_factory.mktemp("clips")
-    procs = [subprocess.Popen(commands.synthetic_clip(out / name, ffmpeg=ffmpeg, **kwargs), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for name, kwargs in CLIPS.items()]
+    procs = [
+        subprocess.Popen(
+            commands.synthetic_clip(out / name, ffmpeg=ffmpeg, **kwargs),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for name, kwargs in CLIPS.items()
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err.decode(errors="replace")
-    subprocess.run([ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-display_rotation", "90",
-                    "-i", str(out / "landscape.mp4"), "-c", "copy", str(out / "rotated.mp4")], check=True, timeout=60)
-    return Clips(out, out / "landscape.mp4", out / "portrait.mp4", out / "silent.mp4", out / "scenes.mp4",
-                 out / "rotated.mp4")
+    subprocess.run(
+        [
+            ffmpeg,
+            "-nostdin",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-display_rotation",
+            "90",
+            "-i",
+            str(out / "landscape.mp4"),
+            "-c",
+            "copy",
+            str(out / "rotated.mp4"),
+        ],
+        check=True,
+        timeout=60,
+    )
+    return Clips(
+        out,
+        out / "landscape.mp4",
+        out / "portrait.mp4",
+        out / "silent.mp4",
+        out / "scenes.mp4",
+        out / "rotated.mp4",
+    )
 
 
 @dataclass(frozen=True)

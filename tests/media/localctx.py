@@ -29,12 +29,25 @@ from workers.stages.base import ChildSpec, PublishSpec, StageCancelled, StageTim
 
 
 class LocalContext:
-    def __init__(self, task_type: str, *, workspace: Path, job_type: str | None = None,
-                 payload: dict[str, Any] | None = None, job_params: dict[str, Any] | None = None,
-                 job_id: str | None = None, attempt: int = 1, capabilities: dict[str, Any] | None = None,
-                 job_hardware: str = "auto", job_resource_category: str | None = None,
-                 job_vram_mb: int | None = None, task_id: int = 1, execution_id: int = 1,
-                 cancel_event: threading.Event | None = None, default_stall_seconds: float | None = None):
+    def __init__(
+        self,
+        task_type: str,
+        *,
+        workspace: Path,
+        job_type: str | None = None,
+        payload: dict[str, Any] | None = None,
+        job_params: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        attempt: int = 1,
+        capabilities: dict[str, Any] | None = None,
+        job_hardware: str = "auto",
+        job_resource_category: str | None = None,
+        job_vram_mb: int | None = None,
+        task_id: int = 1,
+        execution_id: int = 1,
+        cancel_event: threading.Event | None = None,
+        default_stall_seconds: float | None = None,
+    ):
         self.task_id = task_id
         self.task_type = task_type
         self.payload = dict(payload or {})
@@ -47,12 +60,16 @@ class LocalContext:
         self.job_vram_mb = job_vram_mb
         self.execution_id = execution_id
         self.worker_uid = "local-test"
-        self.capabilities = capabilities if capabilities is not None else {"encoders": ["libx264"], "hardware_encoders": []}
+        self.capabilities = (
+            capabilities if capabilities is not None else {"encoders": ["libx264"], "hardware_encoders": []}
+        )
         self.workspace = Path(workspace)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.cancel_event = cancel_event or threading.Event()
         self.default_stall_seconds = default_stall_seconds
-        self.progress_calls: list[tuple[float, float, dict[str, Any] | None]] = []  # (monotonic, percent, detail)
+        self.progress_calls: list[
+            tuple[float, float, dict[str, Any] | None]
+        ] = []  # (monotonic, percent, detail)
         self.logs: list[str] = []
         self.children: list[ChildSpec] = []
         self.published: list[PublishSpec] = []
@@ -75,13 +92,28 @@ class LocalContext:
         if self.cancel_event.is_set():
             raise StageCancelled("cancelled")
 
-    def run(self, argv: list[str], *, on_stdout_line: Callable[[str], None] | None = None,
-            stall_seconds: float | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        on_stdout_line: Callable[[str], None] | None = None,
+        stall_seconds: float | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess:
         assert isinstance(argv, list) and all(isinstance(a, str) for a in argv), "argv must be a list of str"
         self.argvs.append(list(argv))
         stall_seconds = stall_seconds or self.default_stall_seconds
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=cwd, start_new_session=True, text=True, errors="replace", bufsize=1)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
         self.pids.append(proc.pid)
         last_activity = [time.monotonic()]
         callback_error: list[BaseException] = []
@@ -100,7 +132,10 @@ class LocalContext:
             for line in proc.stderr:
                 stderr_tail.append(line)
 
-        readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
+        readers = [
+            threading.Thread(target=read_stdout, daemon=True),
+            threading.Thread(target=read_stderr, daemon=True),
+        ]
         for reader in readers:
             reader.start()
         try:
@@ -183,11 +218,21 @@ class JobRun:
     def outputs(self) -> list[str]:
         if not self.output_dir.exists():
             return []
-        return sorted(p.relative_to(self.output_dir).as_posix() for p in self.output_dir.rglob("*") if p.is_file())
+        return sorted(
+            p.relative_to(self.output_dir).as_posix() for p in self.output_dir.rglob("*") if p.is_file()
+        )
 
 
-def run_job(job_type: str, params: dict[str, Any], *, workspace: Path, output_root: Path, job_id: str | None = None,
-            max_stages: int = 200, **ctx_kwargs) -> JobRun:
+def run_job(
+    job_type: str,
+    params: dict[str, Any],
+    *,
+    workspace: Path,
+    output_root: Path,
+    job_id: str | None = None,
+    max_stages: int = 200,
+    **ctx_kwargs,
+) -> JobRun:
     """Run a job's whole stage graph in-process, in dependency order, publishing after each stage."""
     job_id = job_id or str(uuid.uuid4())
     run = JobRun(job_id, output_root / job_id)
@@ -197,8 +242,16 @@ def run_job(job_type: str, params: dict[str, Any], *, workspace: Path, output_ro
         task_type, payload = queue.popleft()
         task_id += 1
         assert task_id <= max_stages, "runaway stage graph"
-        ctx = LocalContext(task_type, workspace=workspace, job_type=job_type, payload=payload, job_params=params,
-                           job_id=job_id, task_id=task_id, **ctx_kwargs)
+        ctx = LocalContext(
+            task_type,
+            workspace=workspace,
+            job_type=job_type,
+            payload=payload,
+            job_params=params,
+            job_id=job_id,
+            task_id=task_id,
+            **ctx_kwargs,
+        )
         result = run_stage(ctx)
         ctx.finish(output_root)
         run.stages.append(StageRecord(task_type, payload, result, ctx))

@@ -27,9 +27,11 @@ def test_relative_paths_are_refused(tmp_path):
 
 def test_reencode_streaming_is_h264_aac_faststart_with_rate_caps(clips, tmp_path):
     out = tmp_path / "out.mp4"
-    argv = commands.reencode_streaming(clips.landscape, out, preset="ultrafast", crf=30, target_bitrate_kbps=300)
+    argv = commands.reencode_streaming(
+        clips.landscape, out, preset="ultrafast", crf=30, target_bitrate_kbps=300
+    )
     for pair in (["-maxrate", "300k"], ["-bufsize", "600k"], ["-b:a", "128k"], ["-movflags", "+faststart"]):
-        assert any(argv[i:i + 2] == pair for i in range(len(argv)))
+        assert any(argv[i : i + 2] == pair for i in range(len(argv)))
     run(argv)
     info = probe(out)
     assert (info.video_codec, info.audio_codec, info.width, info.height) == ("h264", "aac", 320, 180)
@@ -48,8 +50,17 @@ def test_rendition_has_keyframes_on_segment_boundaries_and_packages_to_hls(clips
     mp4 = tmp_path / "180p.mp4"
     w, h = commands.fit_short_side(180, 320, 144)
     assert (w, h) == (144, 256)
-    run(commands.rendition(clips.portrait, mp4, width=w, height=h, video_bitrate_kbps=300, segment_seconds=1,
-                           preset="ultrafast"))
+    run(
+        commands.rendition(
+            clips.portrait,
+            mp4,
+            width=w,
+            height=h,
+            video_bitrate_kbps=300,
+            segment_seconds=1,
+            preset="ultrafast",
+        )
+    )
     assert (probe(mp4).width, probe(mp4).height) == (144, 256)
     hls = tmp_path / "hls"
     hls.mkdir()
@@ -80,8 +91,11 @@ def test_gif_with_palette(clips, tmp_path):
 
 def test_concat_mixes_sizes_orientations_and_silence(clips, tmp_path):
     out = tmp_path / "cat.mp4"
-    segments = [commands.Segment(clips.landscape, 1.0, 0.5, True), commands.Segment(clips.silent, 1.0, 0, False),
-                commands.Segment(clips.portrait, 1.5, 0, True)]
+    segments = [
+        commands.Segment(clips.landscape, 1.0, 0.5, True),
+        commands.Segment(clips.silent, 1.0, 0, False),
+        commands.Segment(clips.portrait, 1.5, 0, True),
+    ]
     run(commands.concat(segments, out, width=320, height=180, fps=25, encoding=FAST))
     info = probe(out)
     assert (info.width, info.height, info.has_audio, info.fps) == (320, 180, True, 25.0)
@@ -91,14 +105,27 @@ def test_concat_mixes_sizes_orientations_and_silence(clips, tmp_path):
 
 def test_concat_of_silent_segments_has_no_audio(clips, tmp_path):
     out = tmp_path / "cat.mp4"
-    run(commands.concat([commands.Segment(clips.silent, 1.0, has_audio=False)] * 2, out, width=160, height=90, fps=25, encoding=FAST))
+    run(
+        commands.concat(
+            [commands.Segment(clips.silent, 1.0, has_audio=False)] * 2,
+            out,
+            width=160,
+            height=90,
+            fps=25,
+            encoding=FAST,
+        )
+    )
     assert probe(out).has_audio is False
 
 
 def test_quad_grid_with_xstack(clips, tmp_path):
     out = tmp_path / "quad.mp4"
-    inputs = [commands.GridInput(clips.landscape, 3.0, True), commands.GridInput(clips.portrait, 2.0, True),
-              commands.GridInput(clips.silent, 2.0, False), commands.GridInput(clips.scenes, 3.0, True)]
+    inputs = [
+        commands.GridInput(clips.landscape, 3.0, True),
+        commands.GridInput(clips.portrait, 2.0, True),
+        commands.GridInput(clips.silent, 2.0, False),
+        commands.GridInput(clips.scenes, 3.0, True),
+    ]
     argv = commands.grid(inputs, out, columns=2, cell_width=160, cell_height=90, fps=25, encoding=FAST)
     assert "xstack=inputs=4:layout=0_0|160_0|0_90|160_90" in argv[argv.index("-filter_complex") + 1]
     run(argv)
@@ -109,19 +136,37 @@ def test_quad_grid_with_xstack(clips, tmp_path):
 
 def test_mega_grid_longest_with_empty_cells(clips, tmp_path):
     out = tmp_path / "mega.mp4"
-    inputs = [commands.GridInput(clips.landscape, 3.0, True), commands.GridInput(clips.portrait, 2.0, True),
-              commands.GridInput(clips.silent, 2.0, False)]
-    run(commands.grid(inputs, out, columns=2, cell_width=160, cell_height=90, fps=25, encoding=FAST,
-                      duration="longest", audio="first"))
+    inputs = [
+        commands.GridInput(clips.landscape, 3.0, True),
+        commands.GridInput(clips.portrait, 2.0, True),
+        commands.GridInput(clips.silent, 2.0, False),
+    ]
+    run(
+        commands.grid(
+            inputs,
+            out,
+            columns=2,
+            cell_width=160,
+            cell_height=90,
+            fps=25,
+            encoding=FAST,
+            duration="longest",
+            audio="first",
+        )
+    )
     info = probe(out)
     assert (info.width, info.height) == (320, 180)
     assert info.duration_seconds == pytest.approx(3.0, abs=0.1)
 
 
 def test_scene_detection_finds_the_cuts(clips, tmp_path):
-    argv = commands.scene_detect(clips.scenes, threshold=0.3, min_scene_seconds=0.5, max_scenes=10, thumb_width=160)
+    argv = commands.scene_detect(
+        clips.scenes, threshold=0.3, min_scene_seconds=0.5, max_scenes=10, thumb_width=160
+    )
     run(argv, cwd=tmp_path)
-    starts = [t for t, _ in parse_metadata_print(tmp_path / commands.SCENE_METADATA_FILE, "lavfi.scene_score")]
+    starts = [
+        t for t, _ in parse_metadata_print(tmp_path / commands.SCENE_METADATA_FILE, "lavfi.scene_score")
+    ]
     assert starts == pytest.approx([0.0, 1.0, 2.0], abs=0.05)
     images = sorted(tmp_path.glob("scene_*.jpg"))
     assert len(images) == 3 and probe(images[0]).width == 160

@@ -23,7 +23,9 @@ FAST = {"preset": "ultrafast"}
 
 
 def job(media_env, job_type, params, **kwargs):
-    return run_job(job_type, params, workspace=media_env.workspace(), output_root=media_env.output_root, **kwargs)
+    return run_job(
+        job_type, params, workspace=media_env.workspace(), output_root=media_env.output_root, **kwargs
+    )
 
 
 def test_every_job_type_stage_has_a_handler():
@@ -37,6 +39,7 @@ def test_every_job_type_stage_has_a_handler():
 
 # --- noop --------------------------------------------------------------------------------------------
 
+
 def test_noop_sleeps_reports_progress_and_spawns_children(tmp_path):
     ctx = LocalContext("noop", workspace=tmp_path, job_params={"seconds": 0.3, "children": 3})
     started = time.monotonic()
@@ -45,16 +48,28 @@ def test_noop_sleeps_reports_progress_and_spawns_children(tmp_path):
     assert result["children"] == 3 and ctx.progress_calls[-1][1] == 100.0
     assert [c.task_type for c in ctx.children] == ["noop"] * 3
     assert all(c.payload == {"seconds": 0.3, "children": 0} and c.placement == "job" for c in ctx.children)
-    child = LocalContext("noop", workspace=tmp_path, job_type="noop", payload=ctx.children[0].payload,
-                         job_params={"seconds": 0.3, "children": 3, "fail_attempts": 5})
+    child = LocalContext(
+        "noop",
+        workspace=tmp_path,
+        job_type="noop",
+        payload=ctx.children[0].payload,
+        job_params={"seconds": 0.3, "children": 3, "fail_attempts": 5},
+    )
     assert run_stage(child)["children"] == 0  # the child's payload wins over the job's params
 
 
 def test_noop_fails_its_first_attempts(tmp_path):
     for attempt in (1, 2):
         with pytest.raises(RuntimeError, match="on purpose"):
-            run_stage(LocalContext("noop", workspace=tmp_path, job_params={"fail_attempts": 2}, attempt=attempt))
-    assert run_stage(LocalContext("noop", workspace=tmp_path, job_params={"fail_attempts": 2}, attempt=3))["attempt"] == 3
+            run_stage(
+                LocalContext("noop", workspace=tmp_path, job_params={"fail_attempts": 2}, attempt=attempt)
+            )
+    assert (
+        run_stage(LocalContext("noop", workspace=tmp_path, job_params={"fail_attempts": 2}, attempt=3))[
+            "attempt"
+        ]
+        == 3
+    )
 
 
 def test_noop_notices_cancellation_quickly(tmp_path):
@@ -69,24 +84,55 @@ def test_noop_notices_cancellation_quickly(tmp_path):
 
 # --- transcode -------------------------------------------------------------------------------------
 
+
 def test_transcode_end_to_end(media_env):
     rel = media_env.add(media_env.clips.landscape, "videos/landscape.mp4")
-    run = job(media_env, "transcode", {"input": rel, "ladder": [{"height": 144}, {"height": 180}, {"height": 720}],
-                                       "segment_seconds": 1, "thumbnail_width": 160, **FAST})
+    run = job(
+        media_env,
+        "transcode",
+        {
+            "input": rel,
+            "ladder": [{"height": 144}, {"height": 180}, {"height": 720}],
+            "segment_seconds": 1,
+            "thumbnail_width": 160,
+            **FAST,
+        },
+    )
     assert [s.task_type for s in run.stages] == [
-        "transcode", "transcode.rendition", "transcode.rendition", "transcode.thumbnail", "transcode.package",
-        "transcode.upload"]
+        "transcode",
+        "transcode.rendition",
+        "transcode.rendition",
+        "transcode.thumbnail",
+        "transcode.package",
+        "transcode.upload",
+    ]
     dispatch = run.stages[0].ctx
-    assert [c.payload["name"] for c in dispatch.children[:2]] == ["180p", "144p"]  # 720p dropped: above the source
+    assert [c.payload["name"] for c in dispatch.children[:2]] == [
+        "180p",
+        "144p",
+    ]  # 720p dropped: above the source
     package = dispatch.children[3]
-    assert package.task_type == "transcode.package" and package.wait_for_siblings and package.pool == "background"
+    assert (
+        package.task_type == "transcode.package"
+        and package.wait_for_siblings
+        and package.pool == "background"
+    )
     assert all(not c.wait_for_siblings for c in dispatch.children[:3])
-    assert all(c.resource_category == "cpu" and c.vram_mb == 0 and c.timeout_seconds == 600 for c in dispatch.children)
+    assert all(
+        c.resource_category == "cpu" and c.vram_mb == 0 and c.timeout_seconds == 600
+        for c in dispatch.children
+    )
     assert run.of("transcode.package")[0].ctx.children[0].pool == "background"
 
     outputs = run.outputs()
-    for name in ("renditions/180p.mp4", "renditions/144p.mp4", "hls/master.m3u8", "hls/180p/index.m3u8",
-                 "hls/144p/index.m3u8", "thumbnail.jpg"):
+    for name in (
+        "renditions/180p.mp4",
+        "renditions/144p.mp4",
+        "hls/master.m3u8",
+        "hls/180p/index.m3u8",
+        "hls/144p/index.m3u8",
+        "thumbnail.jpg",
+    ):
         assert name in outputs
     assert len([o for o in outputs if o.startswith("hls/180p/seg_")]) == 3  # 3 s in 1 s segments
     r180, r144 = probe(run.output_dir / "renditions/180p.mp4"), probe(run.output_dir / "renditions/144p.mp4")
@@ -100,7 +146,9 @@ def test_transcode_end_to_end(media_env):
 
     upload = run.of("transcode.upload")[0].ctx
     specs = {s.name: s for s in upload.published}
-    assert specs["renditions/180p.mp4"].kind == "video" and specs["renditions/180p.mp4"].metadata["width"] == 320
+    assert (
+        specs["renditions/180p.mp4"].kind == "video" and specs["renditions/180p.mp4"].metadata["width"] == 320
+    )
     assert specs["hls/master.m3u8"].kind == "playlist"
     # Every FFmpeg stage logged its command line and reported progress up to 100.
     rendition = run.of("transcode.rendition")[0].ctx
@@ -119,28 +167,59 @@ def test_transcode_portrait_default_ladder_is_capped_at_the_source(media_env):
 
 def test_transcode_on_a_gpu_worker_uses_the_hardware_encoder_and_gpu_category(media_env):
     rel = media_env.add(media_env.clips.landscape, "a.mp4")
-    ctx = LocalContext("transcode", workspace=media_env.workspace(), job_params={"input": rel},
-                       capabilities={"encoders": ["libx264", "h264_nvenc"], "hardware_encoders": ["h264_nvenc"]})
+    ctx = LocalContext(
+        "transcode",
+        workspace=media_env.workspace(),
+        job_params={"input": rel},
+        capabilities={"encoders": ["libx264", "h264_nvenc"], "hardware_encoders": ["h264_nvenc"]},
+    )
     run_stage(ctx)
     rendition = ctx.children[0]
-    assert (rendition.resource_category, rendition.vram_mb, rendition.payload["encoder"]) == ("gpu_encode", 4000, "h264_nvenc")
+    assert (rendition.resource_category, rendition.vram_mb, rendition.payload["encoder"]) == (
+        "gpu_encode",
+        4000,
+        "h264_nvenc",
+    )
     assert ctx.children[1].resource_category == "cpu"  # the thumbnail is plain FFmpeg
-    ctx_cpu = LocalContext("transcode", workspace=media_env.workspace("w2"), job_params={"input": rel},
-                           job_hardware="cpu", capabilities=ctx.capabilities)
+    ctx_cpu = LocalContext(
+        "transcode",
+        workspace=media_env.workspace("w2"),
+        job_params={"input": rel},
+        job_hardware="cpu",
+        capabilities=ctx.capabilities,
+    )
     run_stage(ctx_cpu)
-    assert ctx_cpu.children[0].resource_category == "cpu" and ctx_cpu.children[0].payload["encoder"] == "libx264"
+    assert (
+        ctx_cpu.children[0].resource_category == "cpu" and ctx_cpu.children[0].payload["encoder"] == "libx264"
+    )
 
 
 def test_cancelling_a_running_rendition_kills_ffmpeg_and_publishes_nothing(media_env, ffmpeg, tmp_path):
     long_clip = tmp_path / "long.mp4"
-    subprocess.run(commands.synthetic_clip(long_clip, width=640, height=360, seconds=10, ffmpeg=ffmpeg), check=True)
+    subprocess.run(
+        commands.synthetic_clip(long_clip, width=640, height=360, seconds=10, ffmpeg=ffmpeg), check=True
+    )
     ws = media_env.workspace()
     (ws / "input").mkdir()
     os.link(long_clip, ws / "input" / "source.mp4")
-    ctx = LocalContext("transcode.rendition", workspace=ws, job_type="transcode", payload={
-        "input": "input/source.mp4", "name": "360p", "width": 640, "height": 360, "video_bitrate_kbps": 800,
-        "segment_seconds": 4, "encoder": "libx264", "preset": "veryslow", "crf": 18, "audio_bitrate_kbps": 128,
-        "duration": 10.0})
+    ctx = LocalContext(
+        "transcode.rendition",
+        workspace=ws,
+        job_type="transcode",
+        payload={
+            "input": "input/source.mp4",
+            "name": "360p",
+            "width": 640,
+            "height": 360,
+            "video_bitrate_kbps": 800,
+            "segment_seconds": 4,
+            "encoder": "libx264",
+            "preset": "veryslow",
+            "crf": 18,
+            "audio_bitrate_kbps": 128,
+            "duration": 10.0,
+        },
+    )
     original_progress = ctx.progress
 
     def cancel_on_first_progress(percent, detail=None):
@@ -166,9 +245,13 @@ def test_the_worker_checks_the_input_path_again(media_env, tmp_path):
     os.symlink(secret, media_env.media_root / rel)
     for job_type in ("transcode", "thumbnail_generate", "reencode_streaming"):
         with pytest.raises(PermanentFailure, match="outside the media root"):
-            run_stage(LocalContext(job_type, workspace=media_env.workspace(job_type), job_params={"input": rel}))
+            run_stage(
+                LocalContext(job_type, workspace=media_env.workspace(job_type), job_params={"input": rel})
+            )
     with pytest.raises(PermanentFailure, match="params.input"):
-        run_stage(LocalContext("transcode", workspace=media_env.workspace(), job_params={"input": "../etc/passwd"}))
+        run_stage(
+            LocalContext("transcode", workspace=media_env.workspace(), job_params={"input": "../etc/passwd"})
+        )
 
 
 def test_an_unreadable_input_fails_permanently(media_env):
@@ -179,16 +262,25 @@ def test_an_unreadable_input_fails_permanently(media_env):
 
 # --- encode, compile ---------------------------------------------------------------------------------
 
+
 def test_reencode_streaming_encode_stage(media_env):
     rel = media_env.add(media_env.clips.portrait, "inbox/My Clip!.mp4")
     ws = media_env.workspace()
-    dispatch = LocalContext("reencode_streaming", workspace=ws, job_params={
-        "input": rel, "target_bitrate_kbps": 400, "max_height": 144, **FAST})
+    dispatch = LocalContext(
+        "reencode_streaming",
+        workspace=ws,
+        job_params={"input": rel, "target_bitrate_kbps": 400, "max_height": 144, **FAST},
+    )
     run_stage(dispatch)
     [encode] = dispatch.children
     assert encode.payload["size"] == [144, 256] and encode.payload["output_name"] == "My_Clip.mp4"
-    ctx = LocalContext(encode.task_type, workspace=ws, job_type="reencode_streaming", job_id=dispatch.job_id,
-                       payload=encode.payload)
+    ctx = LocalContext(
+        encode.task_type,
+        workspace=ws,
+        job_type="reencode_streaming",
+        job_id=dispatch.job_id,
+        payload=encode.payload,
+    )
     result = run_stage(ctx)
     [out] = ctx.finish(media_env.output_root)
     info = probe(out)
@@ -216,7 +308,9 @@ def test_compile_gif(media_env):
 
 def test_compile_quad(media_env):
     c = media_env.clips
-    inputs = [media_env.add(p, f"q/{i}.mp4") for i, p in enumerate([c.landscape, c.portrait, c.silent, c.scenes])]
+    inputs = [
+        media_env.add(p, f"q/{i}.mp4") for i, p in enumerate([c.landscape, c.portrait, c.silent, c.scenes])
+    ]
     run = job(media_env, "compile_quad", {"inputs": inputs, "cell_width": 160, "cell_height": 90, **FAST})
     assert [s.task_type for s in run.stages] == ["compile_quad", "compile_quad.render"]
     info = probe(run.output_dir / "quad.mp4")
@@ -229,15 +323,28 @@ def test_compile_quad(media_env):
 def test_compile_mega(media_env, layout, size, duration):
     c = media_env.clips
     inputs = [media_env.add(p, f"m/{i}.mp4") for i, p in enumerate([c.landscape, c.portrait, c.silent])]
-    run = job(media_env, "compile_mega", {"inputs": inputs, "layout": layout, "columns": 3, "cell_width": 160,
-                                          "cell_height": 180, "width": 320, "height": 180, "duration": "longest",
-                                          **FAST})
+    run = job(
+        media_env,
+        "compile_mega",
+        {
+            "inputs": inputs,
+            "layout": layout,
+            "columns": 3,
+            "cell_width": 160,
+            "cell_height": 180,
+            "width": 320,
+            "height": 180,
+            "duration": "longest",
+            **FAST,
+        },
+    )
     info = probe(run.output_dir / "mega.mp4")
     assert (info.width, info.height) == size
     assert info.duration_seconds == pytest.approx(duration, abs=0.15)
 
 
 # --- analysis ------------------------------------------------------------------------------------------
+
 
 def test_scene_extract(media_env):
     rel = media_env.add(media_env.clips.scenes, "s.mp4")
@@ -251,23 +358,39 @@ def test_scene_extract(media_env):
 
 def test_clip_generate_from_ranges_and_from_detection(media_env):
     rel = media_env.add(media_env.clips.scenes, "s.mp4")
-    run = job(media_env, "clip_generate", {"input": rel, "ranges": [{"start": 0.5, "end": 1.5}, {"start": 2.5, "end": 9}],
-                                           **FAST})
+    run = job(
+        media_env,
+        "clip_generate",
+        {"input": rel, "ranges": [{"start": 0.5, "end": 1.5}, {"start": 2.5, "end": 9}], **FAST},
+    )
     assert run.outputs() == ["clips/clip_001.mp4", "clips/clip_002.mp4"]
     assert probe(run.output_dir / "clips/clip_001.mp4").duration_seconds == pytest.approx(1.0, abs=0.1)
     assert probe(run.output_dir / "clips/clip_002.mp4").duration_seconds == pytest.approx(0.5, abs=0.1)
     detected = job(media_env, "clip_generate", {"input": rel, "min_clip_seconds": 0.5, **FAST})
-    assert [s.task_type for s in detected.stages] == ["clip_generate", "clip_generate.detect"] + ["clip_generate.cut"] * 3
+    assert [s.task_type for s in detected.stages] == ["clip_generate", "clip_generate.detect"] + [
+        "clip_generate.cut"
+    ] * 3
     assert len(detected.outputs()) == 3
 
 
 def test_highlight_picks_the_loud_middle(media_env):
     rel = media_env.add(media_env.clips.scenes, "s.mp4")
-    run = job(media_env, "highlight_generate", {
-        "input": rel, "target_seconds": 1, "segment_seconds": 1, "weights": {"scene": 0, "motion": 0, "loudness": 1},
-        **FAST})
-    assert [s.task_type for s in run.stages] == ["highlight_generate", "highlight_generate.analyze",
-                                                  "highlight_generate.render"]
+    run = job(
+        media_env,
+        "highlight_generate",
+        {
+            "input": rel,
+            "target_seconds": 1,
+            "segment_seconds": 1,
+            "weights": {"scene": 0, "motion": 0, "loudness": 1},
+            **FAST,
+        },
+    )
+    assert [s.task_type for s in run.stages] == [
+        "highlight_generate",
+        "highlight_generate.analyze",
+        "highlight_generate.render",
+    ]
     report = json.loads((run.output_dir / "segments.json").read_text())
     assert [(s["start"], s["duration"]) for s in report["segments"]] == [(1.0, 1.0)]
     assert "no learned model" in report["method"]
@@ -294,31 +417,50 @@ def test_tag_generation(media_env):
 
 # --- webhook --------------------------------------------------------------------------------------------
 
+
 def test_webhook_posts_a_signed_summary_and_retries_on_errors(tmp_path, settings):
     from jetencode.media import webhooks
 
     secret = webhooks.generate_secret()
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_SECRET": secret, "WEBHOOK_ALLOW_PRIVATE": True}
-    payload = {"event": "job.completed", "webhook_id": "msg_stable", "job": {"id": "j1", "status": "completed"},
-               "occurred_at": "2026-01-01T00:00:00+00:00"}
+    payload = {
+        "event": "job.completed",
+        "webhook_id": "msg_stable",
+        "job": {"id": "j1", "status": "completed"},
+        "occurred_at": "2026-01-01T00:00:00+00:00",
+    }
     with Receiver(status=500) as failing:
-        ctx = LocalContext("webhook", workspace=tmp_path, job_type="noop", payload={**payload, "url": failing.url})
+        ctx = LocalContext(
+            "webhook", workspace=tmp_path, job_type="noop", payload={**payload, "url": failing.url}
+        )
         with pytest.raises(RuntimeError, match="500"):
             run_stage(ctx)
     with Receiver() as receiver:
-        ctx = LocalContext("webhook", workspace=tmp_path, job_type="noop", payload={**payload, "url": receiver.url},
-                           attempt=2)
+        ctx = LocalContext(
+            "webhook",
+            workspace=tmp_path,
+            job_type="noop",
+            payload={**payload, "url": receiver.url},
+            attempt=2,
+        )
         assert run_stage(ctx)["status"] == 200
     (_, failed_headers, _), (_, headers, body) = failing.requests[0], receiver.requests[0]
     assert failed_headers["webhook-id"] == headers["webhook-id"] == "msg_stable"  # stable across retries
     webhooks.verify(secret, headers, body)
-    assert json.loads(body) == {"type": "job.completed", "timestamp": "2026-01-01T00:00:00+00:00",
-                                "data": {"id": "j1", "status": "completed"}}
+    assert json.loads(body) == {
+        "type": "job.completed",
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "data": {"id": "j1", "status": "completed"},
+    }
 
 
 def test_webhook_to_a_private_address_fails_permanently(tmp_path, settings):
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": False}
-    ctx = LocalContext("webhook", workspace=tmp_path, job_type="noop",
-                       payload={"url": "http://169.254.169.254/latest", "event": "job.failed", "job": {"id": "x"}})
+    ctx = LocalContext(
+        "webhook",
+        workspace=tmp_path,
+        job_type="noop",
+        payload={"url": "http://169.254.169.254/latest", "event": "job.failed", "job": {"id": "x"}},
+    )
     with pytest.raises(PermanentFailure, match="non-public"):
         run_stage(ctx)

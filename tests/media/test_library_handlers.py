@@ -17,13 +17,20 @@ FAST = {"preset": "ultrafast"}
 
 
 def job(media_env, job_type, params, **kwargs):
-    return run_job(job_type, params, workspace=media_env.workspace(), output_root=media_env.output_root, **kwargs)
+    return run_job(
+        job_type, params, workspace=media_env.workspace(), output_root=media_env.output_root, **kwargs
+    )
 
 
 def asset_for(media_env, clip, rel, **fields) -> MediaAsset:
     media_env.add(clip, rel)
     info = probe(media_env.media_root / rel)
-    values = {"directory": rel.rsplit("/", 1)[0] if "/" in rel else "", "valid": True, **info.asset_fields(), **fields}
+    values = {
+        "directory": rel.rsplit("/", 1)[0] if "/" in rel else "",
+        "valid": True,
+        **info.asset_fields(),
+        **fields,
+    }
     return MediaAsset.objects.create(path=rel, **values)
 
 
@@ -42,7 +49,14 @@ def test_scan_creates_assets_and_validates_them(media_env, tmp_path):
     assets = {a.path: a for a in MediaAsset.objects.all()}
     assert set(assets) == {"videos/a.mp4", "videos/broken.mp4", "videos/nested/b.MOV"}
     a, b, broken = assets["videos/a.mp4"], assets["videos/nested/b.MOV"], assets["videos/broken.mp4"]
-    assert (a.valid, a.width, a.height, a.orientation, a.has_audio, a.video_codec) == (True, 320, 180, "landscape", True, "h264")
+    assert (a.valid, a.width, a.height, a.orientation, a.has_audio, a.video_codec) == (
+        True,
+        320,
+        180,
+        "landscape",
+        True,
+        "h264",
+    )
     assert a.duration_seconds == pytest.approx(3.0, abs=0.05) and a.validated_at is not None
     assert (b.valid, b.orientation, b.directory) == (True, "portrait", "videos")
     assert broken.valid is False and "not a readable media file" in broken.invalid_reason
@@ -56,7 +70,9 @@ def test_scan_creates_assets_and_validates_them(media_env, tmp_path):
 
 def test_validate_by_path_creates_the_asset(media_env):
     media_env.add(media_env.clips.silent, "inbox/s.mp4")
-    result = run_stage(LocalContext("validate", workspace=media_env.workspace(), job_params={"input": "inbox/s.mp4"}))
+    result = run_stage(
+        LocalContext("validate", workspace=media_env.workspace(), job_params={"input": "inbox/s.mp4"})
+    )
     asset = MediaAsset.objects.get(path="inbox/s.mp4")
     assert result["valid"] is True and asset.has_audio is False and asset.directory == "inbox"
 
@@ -68,7 +84,9 @@ def test_move_to_library_moves_the_file_and_updates_the_asset_once(media_env):
     assert result["to"] == "videos/a.mp4"
     asset.refresh_from_db()
     assert (asset.path, asset.directory) == ("videos/a.mp4", "videos")
-    assert (media_env.media_root / "videos/a.mp4").exists() and not (media_env.media_root / "inbox/a.mp4").exists()
+    assert (media_env.media_root / "videos/a.mp4").exists() and not (
+        media_env.media_root / "inbox/a.mp4"
+    ).exists()
     # A retry after the move (e.g. the finish was lost) changes nothing and does not fail.
     run_stage(LocalContext("move_to_library", workspace=media_env.workspace(), job_params=params))
     asset.refresh_from_db()
@@ -79,27 +97,41 @@ def test_move_to_library_by_path_can_be_retried(media_env):
     media_env.add(media_env.clips.landscape, "inbox/b.mp4")
     params = {"input": "inbox/b.mp4", "target_directory": "videos"}
     for _attempt in range(2):
-        result = run_stage(LocalContext("move_to_library", workspace=media_env.workspace(), job_params=params))
+        result = run_stage(
+            LocalContext("move_to_library", workspace=media_env.workspace(), job_params=params)
+        )
         assert result["to"] == "videos/b.mp4"
     assert (media_env.media_root / "videos/b.mp4").exists()
     with pytest.raises(PermanentFailure, match="does not exist"):
-        run_stage(LocalContext("move_to_library", workspace=media_env.workspace(),
-                               job_params={"input": "inbox/missing.mp4"}))
+        run_stage(
+            LocalContext(
+                "move_to_library", workspace=media_env.workspace(), job_params={"input": "inbox/missing.mp4"}
+            )
+        )
 
 
 def test_move_to_library_refuses_to_overwrite(media_env):
     asset = asset_for(media_env, media_env.clips.landscape, "inbox/a.mp4")
     media_env.add(media_env.clips.portrait, "videos/a.mp4")
     with pytest.raises(PermanentFailure, match="already exists"):
-        run_stage(LocalContext("move_to_library", workspace=media_env.workspace(),
-                               job_params={"video_id": str(asset.pk), "target_directory": "videos"}))
+        run_stage(
+            LocalContext(
+                "move_to_library",
+                workspace=media_env.workspace(),
+                job_params={"video_id": str(asset.pk), "target_directory": "videos"},
+            )
+        )
 
 
 def test_reencode_streaming_adds_one_library_asset(media_env):
     source = asset_for(media_env, media_env.clips.landscape, "inbox/source.mp4")
     record = Job.objects.create(type="reencode_streaming", status="running")
     run = job(media_env, "reencode_streaming", {"video_id": str(source.pk), **FAST}, job_id=str(record.pk))
-    assert [s.task_type for s in run.stages] == ["reencode_streaming", "reencode_streaming.encode", "library.register"]
+    assert [s.task_type for s in run.stages] == [
+        "reencode_streaming",
+        "reencode_streaming.encode",
+        "library.register",
+    ]
     assert run.outputs() == ["source.mp4"]
     register = run.of("library.register")[0]
     created = MediaAsset.objects.get(pk=register.result["video_id"])
@@ -107,8 +139,13 @@ def test_reencode_streaming_adds_one_library_asset(media_env):
     assert created.width == 320 and str(created.source_job_id) == run.job_id
     assert probe(media_env.media_root / created.path).video_codec == "h264"
     # Running the register stage again (a retry) finds the same asset.
-    again = LocalContext("library.register", workspace=register.ctx.workspace, job_type="reencode_streaming",
-                         job_id=run.job_id, payload=register.payload)
+    again = LocalContext(
+        "library.register",
+        workspace=register.ctx.workspace,
+        job_type="reencode_streaming",
+        job_id=run.job_id,
+        payload=register.payload,
+    )
     assert run_stage(again) == {**register.result, "created": False}
     assert MediaAsset.objects.filter(path=created.path).count() == 1
 
@@ -149,8 +186,11 @@ def test_compile_random_is_repeatable_and_filters(media_env):
     dispatch_again = LocalContext("compile_random", workspace=media_env.workspace("again"), job_params=params)
     assert run_stage(dispatch_again)["sources"] == chosen
     with pytest.raises(PermanentFailure, match="no valid library videos"):
-        run_stage(LocalContext("compile_random", workspace=media_env.workspace("none"),
-                               job_params={"orientation": "square"}))
+        run_stage(
+            LocalContext(
+                "compile_random", workspace=media_env.workspace("none"), job_params={"orientation": "square"}
+            )
+        )
 
 
 def test_compile_quad_by_video_ids(media_env):
@@ -158,16 +198,31 @@ def test_compile_quad_by_video_ids(media_env):
     run = job(media_env, "compile_quad", {"video_ids": ids, "cell_width": 96, "cell_height": 54, **FAST})
     assert (probe(run.output_dir / "quad.mp4").width, probe(run.output_dir / "quad.mp4").height) == (192, 108)
     with pytest.raises(PermanentFailure, match="not in the media library"):
-        run_stage(LocalContext("compile_quad", workspace=media_env.workspace("x"),
-                               job_params={"video_ids": ids[:3] + [str(uuid.uuid4())]}))
+        run_stage(
+            LocalContext(
+                "compile_quad",
+                workspace=media_env.workspace("x"),
+                job_params={"video_ids": ids[:3] + [str(uuid.uuid4())]},
+            )
+        )
 
 
 def test_webhook_reads_the_job_summary_when_the_payload_has_none(media_env, settings):
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": True}
     record = Job.objects.create(type="noop", status="completed", progress=100)
     with Receiver() as receiver:
-        ctx = LocalContext("webhook", workspace=media_env.workspace(), job_type="noop", job_id=str(record.pk),
-                           payload={"url": receiver.url, "event": "job.completed", "webhook_id": "msg_1"})
+        ctx = LocalContext(
+            "webhook",
+            workspace=media_env.workspace(),
+            job_type="noop",
+            job_id=str(record.pk),
+            payload={"url": receiver.url, "event": "job.completed", "webhook_id": "msg_1"},
+        )
         run_stage(ctx)
     data = json.loads(receiver.requests[0][2])["data"]
-    assert (data["id"], data["status"], data["type"], data["outputs"]) == (str(record.pk), "completed", "noop", [])
+    assert (data["id"], data["status"], data["type"], data["outputs"]) == (
+        str(record.pk),
+        "completed",
+        "noop",
+        [],
+    )

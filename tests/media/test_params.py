@@ -13,9 +13,22 @@ from jetencode.media.jobtypes import (
 )
 
 MEDIA_TYPES = {
-    "transcode", "scan", "public_scan", "validate", "reencode_streaming", "compile_random", "compile_quad",
-    "compile_mega", "compile_gif", "digest_generate", "clip_generate", "highlight_generate", "tag_generation",
-    "scene_extract", "thumbnail_generate", "move_to_library",
+    "transcode",
+    "scan",
+    "public_scan",
+    "validate",
+    "reencode_streaming",
+    "compile_random",
+    "compile_quad",
+    "compile_mega",
+    "compile_gif",
+    "digest_generate",
+    "clip_generate",
+    "highlight_generate",
+    "tag_generation",
+    "scene_extract",
+    "thumbnail_generate",
+    "move_to_library",
 }
 NVENC = {"encoders": ["libx264", "h264_nvenc"], "hardware_encoders": ["h264_nvenc"]}
 CPU_ONLY = {"encoders": ["libx264", "h264_v4l2m2m"], "hardware_encoders": []}
@@ -27,8 +40,12 @@ def minimal(job_type: str, media_env) -> dict:
     (media_env.media_root / "public").mkdir(exist_ok=True)
     four = [str(uuid.uuid4()) for _ in range(4)]
     return {
-        "noop": {}, "scan": {}, "public_scan": {}, "compile_random": {},
-        "compile_quad": {"video_ids": four}, "compile_mega": {"inputs": ["videos/a.mp4", "videos/a.mp4"]},
+        "noop": {},
+        "scan": {},
+        "public_scan": {},
+        "compile_random": {},
+        "compile_quad": {"video_ids": four},
+        "compile_mega": {"inputs": ["videos/a.mp4", "videos/a.mp4"]},
     }.get(job_type, {"input": "videos/a.mp4"})
 
 
@@ -42,7 +59,10 @@ def test_registry_has_noop_and_the_sixteen_media_types():
     assert set(JOB_TYPES) == MEDIA_TYPES | {"noop"}
     assert JOB_TYPES["reencode_streaming"].resource_category == "gpu_encode"
     assert JOB_TYPES["reencode_streaming"].vram_mb == 4000
-    assert (JOB_TYPES["scene_extract"].resource_category, JOB_TYPES["scene_extract"].vram_mb) == ("gpu_ai", 8000)
+    assert (JOB_TYPES["scene_extract"].resource_category, JOB_TYPES["scene_extract"].vram_mb) == (
+        "gpu_ai",
+        8000,
+    )
     assert (JOB_TYPES["noop"].resource_category, JOB_TYPES["noop"].vram_mb) == ("cpu", 0)
     for jt in JOB_TYPES.values():
         assert jt.stages[0] == jt.name and jt.description
@@ -61,7 +81,12 @@ def test_every_type_accepts_minimal_params_and_fills_defaults(job_type, media_en
 def test_noop_defaults_and_bounds():
     assert validate_params("noop", {}) == {"seconds": 0.0, "fail_attempts": 0, "children": 0}
     errors = errors_of("noop", {"seconds": -1, "children": 101, "fail_attempts": 21, "bogus": 1})
-    assert {e["field"] for e in errors} == {"params.seconds", "params.children", "params.fail_attempts", "params.bogus"}
+    assert {e["field"] for e in errors} == {
+        "params.seconds",
+        "params.children",
+        "params.fail_attempts",
+        "params.bogus",
+    }
     assert all(e["message"] for e in errors)
     assert errors_of("noop", {"seconds": float("inf")})[0]["field"] == "params.seconds"
     assert errors_of("noop", {"seconds": "NaN"})[0]["field"] == "params.seconds"
@@ -76,7 +101,9 @@ def test_unknown_type_and_non_object_params():
     assert info.value.errors == [{"field": "params", "message": "params must be a JSON object"}]
 
 
-@pytest.mark.parametrize("bad", ["../x.mp4", "/etc/passwd", "http://evil/x.mp4", "concat:a|b", "-y.mp4", "a\x00.mp4"])
+@pytest.mark.parametrize(
+    "bad", ["../x.mp4", "/etc/passwd", "http://evil/x.mp4", "concat:a|b", "-y.mp4", "a\x00.mp4"]
+)
 def test_unsafe_inputs_are_refused_at_submission(bad, media_env):
     errors = errors_of("reencode_streaming", {"input": bad})
     assert errors[0]["field"] == "params.input"
@@ -86,14 +113,18 @@ def test_input_must_exist_and_exactly_one_source(media_env):
     assert "does not exist" in errors_of("thumbnail_generate", {"input": "nope.mp4"})[0]["message"]
     media_env.add(media_env.clips.landscape, "a.mp4")
     both = errors_of("thumbnail_generate", {"input": "a.mp4", "video_id": str(uuid.uuid4())})
-    assert both == [{"field": "params", "message": "give exactly one of input (a path under the media root) or video_id"}]
+    assert both == [
+        {"field": "params", "message": "give exactly one of input (a path under the media root) or video_id"}
+    ]
     assert errors_of("thumbnail_generate", {})[0]["field"] == "params"
     assert errors_of("thumbnail_generate", {"video_id": "not-a-uuid"})[0]["field"] == "params.video_id"
 
 
 def test_nested_fields_are_named_by_path(media_env):
     media_env.add(media_env.clips.landscape, "a.mp4")
-    errors = errors_of("clip_generate", {"input": "a.mp4", "ranges": [{"start": 0, "end": 1}, {"start": 5, "end": 2}]})
+    errors = errors_of(
+        "clip_generate", {"input": "a.mp4", "ranges": [{"start": 0, "end": 1}, {"start": 5, "end": 2}]}
+    )
     assert errors[0]["field"] == "params.ranges.1"
     assert errors[0]["message"] == "end must be after start"
     errors = errors_of("transcode", {"input": "a.mp4", "ladder": [{"height": 721}]})
@@ -136,10 +167,16 @@ def test_resource_overrides():
     assert resolve_resource("compile_quad", "auto", "gpu_encode", 1234).vram_mb == 1234
     assert resolve_resource("compile_quad", "auto", "gpu_encode", None).vram_mb == 4000
     assert resolve_resource("compile_quad", "gpu", "cpu", None).category == "cpu"
-    assert resolve_resource("noop", "auto", "gpu_encode", 1000).category == "gpu_encode"  # operators may force it
-    for args, field in [(("auto", "tpu", None), "resource_category"), (("sometimes", None, None), "hardware"),
-                        (("auto", "gpu_ai", -1), "vram_mb"), (("auto", "cpu", 100), "vram_mb"),
-                        (("auto", None, True), "vram_mb")]:
+    assert (
+        resolve_resource("noop", "auto", "gpu_encode", 1000).category == "gpu_encode"
+    )  # operators may force it
+    for args, field in [
+        (("auto", "tpu", None), "resource_category"),
+        (("sometimes", None, None), "hardware"),
+        (("auto", "gpu_ai", -1), "vram_mb"),
+        (("auto", "cpu", 100), "vram_mb"),
+        (("auto", None, True), "vram_mb"),
+    ]:
         with pytest.raises(ParamsError) as info:
             resolve_resource("transcode", *args)
         assert info.value.errors[0]["field"] == field

@@ -28,7 +28,9 @@ def test_display_rotation_makes_it_portrait(clips):
     assert (info.width, info.height, info.orientation) == (180, 320, "portrait")
 
 
-@pytest.mark.parametrize("content, reason", [(b"", "empty"), (b"not a video at all" * 100, "not a readable media file")])
+@pytest.mark.parametrize(
+    "content, reason", [(b"", "empty"), (b"not a video at all" * 100, "not a readable media file")]
+)
 def test_unreadable_files_raise_a_clear_error(tmp_path, content, reason):
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(content)

@@ -5,18 +5,37 @@ from jetencode.media.probe import MediaInfo
 
 
 def info(**overrides) -> MediaInfo:
-    base = dict(path="x.mp4", size_bytes=1, format_name="mp4", duration_seconds=30.0, bitrate=1, has_video=True,
-                has_audio=True, width=1920, height=1080, fps=30.0, video_codec="h264", video_profile="High",
-                pix_fmt="yuv420p", rotation=0, orientation="landscape", audio_codec="aac", sample_rate=48000,
-                channels=2, codec_string="avc1.640028")
+    base = dict(
+        path="x.mp4",
+        size_bytes=1,
+        format_name="mp4",
+        duration_seconds=30.0,
+        bitrate=1,
+        has_video=True,
+        has_audio=True,
+        width=1920,
+        height=1080,
+        fps=30.0,
+        video_codec="h264",
+        video_profile="High",
+        pix_fmt="yuv420p",
+        rotation=0,
+        orientation="landscape",
+        audio_codec="aac",
+        sample_rate=48000,
+        channels=2,
+        codec_string="avc1.640028",
+    )
     return MediaInfo(**{**base, **overrides})
 
 
 def test_parse_metadata_print(tmp_path):
     dump = tmp_path / "m.txt"
-    dump.write_text("frame:0    pts:0       pts_time:0\nlavfi.scene_score=0.000000\n"
-                    "frame:1    pts:12800   pts_time:1.5\nlavfi.scene_score=0.72\nother=1\n"
-                    "frame:2    pts:1   pts_time:2\nlavfi.scene_score=nan\n")
+    dump.write_text(
+        "frame:0    pts:0       pts_time:0\nlavfi.scene_score=0.000000\n"
+        "frame:1    pts:12800   pts_time:1.5\nlavfi.scene_score=0.72\nother=1\n"
+        "frame:2    pts:1   pts_time:2\nlavfi.scene_score=nan\n"
+    )
     assert signals.parse_metadata_print(dump, "lavfi.scene_score") == [(0.0, 0.0), (1.5, 0.72)]
     assert signals.parse_metadata_print(tmp_path / "missing.txt", "k") == []
 
@@ -43,16 +62,23 @@ def test_digest_covers_the_whole_video():
 def test_scenes_from_detection():
     scenes = signals.scenes_from_detection([(0.0, 0.0), (1.0, 0.7), (2.0, 0.5)], 3.0)
     assert [(s["start"], s["end"]) for s in scenes] == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
-    assert signals.scenes_from_detection([], 4.0) == [{"index": 1, "start": 0.0, "end": 4.0, "duration": 4.0, "score": 0.0}]
+    assert signals.scenes_from_detection([], 4.0) == [
+        {"index": 1, "start": 0.0, "end": 4.0, "duration": 4.0, "score": 0.0}
+    ]
 
 
 def test_tags_are_measurements():
-    quiet = signals.build_signals(30.0, [(t, 0.0) for t in range(30)], [(t, -80.0) for t in range(30)],
-                                  threshold=0.3, has_audio=True)
+    quiet = signals.build_signals(
+        30.0, [(t, 0.0) for t in range(30)], [(t, -80.0) for t in range(30)], threshold=0.3, has_audio=True
+    )
     tags, measured = signals.measured_tags(info(), quiet)
     assert tags == ["full-hd", "landscape", "short", "silent", "few-scenes", "low-motion"]
     assert measured["cuts"] == 0
     busy = signals.build_signals(700.0, [(t, 0.5) for t in range(700)], [], threshold=0.3, has_audio=False)
-    tags, _ = signals.measured_tags(info(width=720, height=1280, orientation="portrait", duration_seconds=700.0,
-                                         has_audio=False, fps=60.0), busy)
+    tags, _ = signals.measured_tags(
+        info(
+            width=720, height=1280, orientation="portrait", duration_seconds=700.0, has_audio=False, fps=60.0
+        ),
+        busy,
+    )
     assert tags == ["hd", "portrait", "long", "high-frame-rate", "silent", "many-scenes", "high-motion"]

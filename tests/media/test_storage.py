@@ -66,8 +66,11 @@ def s3_endpoint():
 
 @pytest.fixture
 def s3_env(s3_endpoint, monkeypatch, settings):
-    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(name, value)
     bucket = f"jet-{uuid.uuid4().hex[:8]}"
     client = boto3.client("s3", endpoint_url=s3_endpoint)

@@ -126,7 +126,9 @@ def test_retention_purges_old_jobs_and_keeps_the_metric_counters_monotonic(make_
     sql("UPDATE queue_tasks SET state = 'cancelled', finished_at = now() WHERE id = %s", [task.id])
     sql("UPDATE jobs SET status = 'cancelled', finished_at = now() - interval '40 days' WHERE id = %s", [job])
     sql("UPDATE queue_fence_audit SET at = now() - interval '40 days'")
-    before = sql("SELECT count(*) FILTER (WHERE NOT accepted), count(*) FILTER (WHERE operation = 'recover') FROM queue_fence_audit")[0]
+    before = sql(
+        "SELECT count(*) FILTER (WHERE NOT accepted), count(*) FILTER (WHERE operation = 'recover') FROM queue_fence_audit"
+    )[0]
     assert repository.purge_history(30) == 1
     assert one("SELECT count(*) FROM jobs WHERE id = %s", [job]) == 0
     assert one("SELECT count(*) FROM queue_fence_audit") == 0

@@ -40,6 +40,7 @@ class FFmpegFailed(RuntimeError):
 
 # --- params and inputs ------------------------------------------------------------------------
 
+
 def stage_params(ctx: StageContext, job_type: str | None = None) -> Any:
     """The validated params model for this stage. A payload carrying any of the type's fields is
     used (children, and a dispatch whose payload repeats the params); otherwise the job's params.
@@ -149,6 +150,7 @@ def probe_media(path: Path, *, need_video: bool = True) -> MediaInfo:
 
 # --- workspace ---------------------------------------------------------------------------------
 
+
 def ws(ctx: StageContext, rel: str) -> Path:
     """A payload's workspace-relative path, resolved inside the workspace."""
     try:
@@ -175,6 +177,7 @@ def fresh_dir(path: Path) -> Path:
 
 # --- running FFmpeg ----------------------------------------------------------------------------
 
+
 def stall_seconds() -> float:
     return float(settings.JETENCODE.get("STALL_SECONDS", 120))
 
@@ -192,8 +195,15 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def run_ffmpeg(ctx: StageContext, argv: list[str], *, duration: float | None, throttle: ProgressThrottle | None,
-               what: str = "ffmpeg", cwd: Path | None = None) -> ProgressSample | None:
+def run_ffmpeg(
+    ctx: StageContext,
+    argv: list[str],
+    *,
+    duration: float | None,
+    throttle: ProgressThrottle | None,
+    what: str = "ffmpeg",
+    cwd: Path | None = None,
+) -> ProgressSample | None:
     """Run one FFmpeg command through ctx.run with progress, and log command, stderr tail and result.
 
     Raises FFmpegFailed on a non-zero exit (the runtime raises StageCancelled/StageTimeout/LeaseLost
@@ -225,21 +235,34 @@ def throttle_for(ctx: StageContext) -> ProgressThrottle:
 
 # --- resources, children, outputs --------------------------------------------------------------
 
+
 def choose_resource(ctx: StageContext) -> ResourceChoice:
     try:
         choice = resolve_resource(
-            ctx.job_type, getattr(ctx, "job_hardware", None) or "auto",
-            getattr(ctx, "job_resource_category", None), getattr(ctx, "job_vram_mb", None),
+            ctx.job_type,
+            getattr(ctx, "job_hardware", None) or "auto",
+            getattr(ctx, "job_resource_category", None),
+            getattr(ctx, "job_vram_mb", None),
             worker_catalog=dict(ctx.capabilities or {}),
         )
     except ParamsError as exc:
         raise PermanentFailure("; ".join(f"{e['field']}: {e['message']}" for e in exc.errors)) from None
-    ctx.log(f"resources: {choice.category}, {choice.vram_mb} MB VRAM, encoder {choice.encoder} ({choice.reason})")
+    ctx.log(
+        f"resources: {choice.category}, {choice.vram_mb} MB VRAM, encoder {choice.encoder} ({choice.reason})"
+    )
     return choice
 
 
-def child(task_type: str, payload: dict[str, Any], *, resource: ResourceChoice | None = None, pool: str = "media",
-          duration: float | None = None, wait_for_siblings: bool = False, placement: str = "job") -> ChildSpec:
+def child(
+    task_type: str,
+    payload: dict[str, Any],
+    *,
+    resource: ResourceChoice | None = None,
+    pool: str = "media",
+    duration: float | None = None,
+    wait_for_siblings: bool = False,
+    placement: str = "job",
+) -> ChildSpec:
     return ChildSpec(
         task_type=task_type,
         payload=payload,
@@ -255,8 +278,15 @@ def child(task_type: str, payload: dict[str, Any], *, resource: ResourceChoice |
 KIND_BY_SUFFIX = {".mp4": "video", ".jpg": "image", ".gif": "image", ".m3u8": "playlist", ".json": "data"}
 
 
-def publish(ctx: StageContext, path: Path, name: str, *, kind: str | None = None, probe_it: bool = True,
-            extra: dict[str, Any] | None = None) -> None:
+def publish(
+    ctx: StageContext,
+    path: Path,
+    name: str,
+    *,
+    kind: str | None = None,
+    probe_it: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Buffer a workspace file for publication under <output root>/<job id>/<name>, with its probed
     metadata (the job detail lists each output with it)."""
     kind = kind or KIND_BY_SUFFIX.get(path.suffix.lower(), "file")

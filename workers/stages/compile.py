@@ -1,9 +1,9 @@
 """Compilations: compile_random, compile_quad, compile_mega (dispatch + render) and compile_gif.
 
-    compile_<kind> (dispatch, cpu)   pick/resolve the sources, stage them, probe them
-      └─ compile_<kind>.render       concat or xstack grid, H.264 + AAC (GPU category with a hardware encoder)
+compile_<kind> (dispatch, cpu)   pick/resolve the sources, stage them, probe them
+  └─ compile_<kind>.render       concat or xstack grid, H.264 + AAC (GPU category with a hardware encoder)
 
-    compile_gif (dispatch, cpu)      palettegen/paletteuse in one pass (a GIF is short: at most 60 s)
+compile_gif (dispatch, cpu)      palettegen/paletteuse in one pass (a GIF is short: at most 60 s)
 """
 
 from __future__ import annotations
@@ -44,9 +44,17 @@ def _stage_sources(ctx: StageContext, sources: list[Source]) -> list[dict]:
         ctx.check_cancelled()
         path = stage_input(ctx, source.path, name=f"src_{i:02d}")
         info = probe_media(path)
-        staged.append({"input": workspace_rel(ctx, path), "duration": info.duration_seconds,
-                       "has_audio": info.has_audio, "source": source.rel_path, "video_id": source.video_id,
-                       "width": info.width, "height": info.height})
+        staged.append(
+            {
+                "input": workspace_rel(ctx, path),
+                "duration": info.duration_seconds,
+                "has_audio": info.has_audio,
+                "source": source.rel_path,
+                "video_id": source.video_id,
+                "width": info.width,
+                "height": info.height,
+            }
+        )
         ctx.progress(90.0 * (i + 1) / len(sources))
     return staged
 
@@ -54,8 +62,13 @@ def _stage_sources(ctx: StageContext, sources: list[Source]) -> list[dict]:
 def _render_child(ctx: StageContext, kind: str, params, staged: list[dict], extra: dict) -> dict:
     choice = choose_resource(ctx)
     payload = {
-        "items": staged, "encoder": choice.encoder, "preset": params.preset, "crf": params.crf,
-        "audio_bitrate_kbps": params.audio_bitrate_kbps, "fps": params.fps, **extra,
+        "items": staged,
+        "encoder": choice.encoder,
+        "preset": params.preset,
+        "crf": params.crf,
+        "audio_bitrate_kbps": params.audio_bitrate_kbps,
+        "fps": params.fps,
+        **extra,
     }
     ctx.spawn_child(child(f"{kind}.render", payload, resource=choice, duration=extra["duration"]))
     ctx.progress(100.0)
@@ -73,8 +86,11 @@ def compile_random(ctx: StageContext) -> dict:
     from jetencode.models import MediaAsset
 
     params = stage_params(ctx, "compile_random")
-    query = MediaAsset.objects.filter(valid=True, duration_seconds__gte=max(params.min_duration, 0.1),
-                                      duration_seconds__lte=params.max_duration)
+    query = MediaAsset.objects.filter(
+        valid=True,
+        duration_seconds__gte=max(params.min_duration, 0.1),
+        duration_seconds__lte=params.max_duration,
+    )
     if params.orientation != "any":
         query = query.filter(orientation=params.orientation)
     if params.directory:
@@ -88,10 +104,20 @@ def compile_random(ctx: StageContext) -> dict:
     staged = _stage_sources(ctx, [asset_source(asset.id) for asset in chosen])
     width, height = DEFAULT_SIZE.get(params.orientation, (1280, 720))
     width, height = params.width or width, params.height or height
-    return _render_child(ctx, "compile_random", params, staged, {
-        "layout": "concat", "width": width // 2 * 2, "height": height // 2 * 2, "seed": seed,
-        "duration": round(sum(s["duration"] for s in staged), 3), "output_name": "compilation.mp4",
-    })
+    return _render_child(
+        ctx,
+        "compile_random",
+        params,
+        staged,
+        {
+            "layout": "concat",
+            "width": width // 2 * 2,
+            "height": height // 2 * 2,
+            "seed": seed,
+            "duration": round(sum(s["duration"] for s in staged), 3),
+            "output_name": "compilation.mp4",
+        },
+    )
 
 
 @stage("compile_quad")
@@ -99,11 +125,22 @@ def compile_quad(ctx: StageContext) -> dict:
     params = stage_params(ctx, "compile_quad")
     staged = _stage_sources(ctx, resolve_sources(params))
     durations = [s["duration"] for s in staged]
-    return _render_child(ctx, "compile_quad", params, staged, {
-        "layout": "grid", "columns": 2, "cell_width": params.cell_width // 2 * 2,
-        "cell_height": params.cell_height // 2 * 2, "duration_mode": params.duration, "audio": params.audio,
-        "duration": min(durations) if params.duration == "shortest" else max(durations), "output_name": "quad.mp4",
-    })
+    return _render_child(
+        ctx,
+        "compile_quad",
+        params,
+        staged,
+        {
+            "layout": "grid",
+            "columns": 2,
+            "cell_width": params.cell_width // 2 * 2,
+            "cell_height": params.cell_height // 2 * 2,
+            "duration_mode": params.duration,
+            "audio": params.audio,
+            "duration": min(durations) if params.duration == "shortest" else max(durations),
+            "output_name": "quad.mp4",
+        },
+    )
 
 
 @stage("compile_mega")
@@ -112,13 +149,23 @@ def compile_mega(ctx: StageContext) -> dict:
     staged = _stage_sources(ctx, resolve_sources(params))
     durations = [s["duration"] for s in staged]
     if params.layout == "concat":
-        extra = {"layout": "concat", "width": params.width // 2 * 2, "height": params.height // 2 * 2,
-                 "duration": round(sum(durations), 3)}
+        extra = {
+            "layout": "concat",
+            "width": params.width // 2 * 2,
+            "height": params.height // 2 * 2,
+            "duration": round(sum(durations), 3),
+        }
     else:
         columns = params.columns or max(1, int(len(staged) ** 0.5 + 0.999))
-        extra = {"layout": "grid", "columns": columns, "cell_width": params.cell_width // 2 * 2,
-                 "cell_height": params.cell_height // 2 * 2, "duration_mode": params.duration, "audio": params.audio,
-                 "duration": min(durations) if params.duration == "shortest" else max(durations)}
+        extra = {
+            "layout": "grid",
+            "columns": columns,
+            "cell_width": params.cell_width // 2 * 2,
+            "cell_height": params.cell_height // 2 * 2,
+            "duration_mode": params.duration,
+            "audio": params.audio,
+            "duration": min(durations) if params.duration == "shortest" else max(durations),
+        }
     return _render_child(ctx, "compile_mega", params, staged, {**extra, "output_name": "mega.mp4"})
 
 
@@ -137,21 +184,54 @@ def compile_render(ctx: StageContext) -> dict:
     final = out_dir / name
     partial = partial_path(final)
     if p["layout"] == "concat":
-        segments = [commands.Segment(ws(ctx, it["input"]), float(it["duration"]), 0.0, bool(it["has_audio"]))
-                    for it in items]
-        argv = commands.concat(segments, partial, width=int(p["width"]), height=int(p["height"]), fps=int(p["fps"]),
-                               encoding=encoding, audio_kbps=int(p["audio_bitrate_kbps"]))
+        segments = [
+            commands.Segment(ws(ctx, it["input"]), float(it["duration"]), 0.0, bool(it["has_audio"]))
+            for it in items
+        ]
+        argv = commands.concat(
+            segments,
+            partial,
+            width=int(p["width"]),
+            height=int(p["height"]),
+            fps=int(p["fps"]),
+            encoding=encoding,
+            audio_kbps=int(p["audio_bitrate_kbps"]),
+        )
     else:
-        inputs = [commands.GridInput(ws(ctx, it["input"]), float(it["duration"]), bool(it["has_audio"])) for it in items]
-        argv = commands.grid(inputs, partial, columns=int(p["columns"]), cell_width=int(p["cell_width"]),
-                             cell_height=int(p["cell_height"]), fps=int(p["fps"]), encoding=encoding,
-                             duration=p["duration_mode"], audio=p["audio"], audio_kbps=int(p["audio_bitrate_kbps"]))
-    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what=f"{p['layout']} {name}")
+        inputs = [
+            commands.GridInput(ws(ctx, it["input"]), float(it["duration"]), bool(it["has_audio"]))
+            for it in items
+        ]
+        argv = commands.grid(
+            inputs,
+            partial,
+            columns=int(p["columns"]),
+            cell_width=int(p["cell_width"]),
+            cell_height=int(p["cell_height"]),
+            fps=int(p["fps"]),
+            encoding=encoding,
+            duration=p["duration_mode"],
+            audio=p["audio"],
+            audio_kbps=int(p["audio_bitrate_kbps"]),
+        )
+    run_ffmpeg(
+        ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what=f"{p['layout']} {name}"
+    )
     os.replace(partial, final)
     publish(ctx, final, name)
     manifest = out_dir / "sources.json"
-    manifest.write_text(json.dumps({"layout": p["layout"], "sources": [
-        {"path": it["source"], "video_id": it.get("video_id"), "duration": it["duration"]} for it in items]}, indent=2))
+    manifest.write_text(
+        json.dumps(
+            {
+                "layout": p["layout"],
+                "sources": [
+                    {"path": it["source"], "video_id": it.get("video_id"), "duration": it["duration"]}
+                    for it in items
+                ],
+            },
+            indent=2,
+        )
+    )
     publish(ctx, manifest, "sources.json", kind="data")
     ctx.progress(100.0)
     return {"output": name, "sources": len(items)}
@@ -168,8 +248,16 @@ def compile_gif(ctx: StageContext) -> dict:
     final = Path(ctx.workspace) / "gif" / "clip.gif"
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)
-    argv = commands.gif(source.path, partial, start=params.start, duration=duration, width=params.width,
-                        fps=params.fps, max_colors=params.max_colors, dither=params.dither)
+    argv = commands.gif(
+        source.path,
+        partial,
+        start=params.start,
+        duration=duration,
+        width=params.width,
+        fps=params.fps,
+        max_colors=params.max_colors,
+        dither=params.dither,
+    )
     run_ffmpeg(ctx, argv, duration=duration, throttle=throttle_for(ctx), what="gif")
     os.replace(partial, final)
     publish(ctx, final, "clip.gif")

@@ -1,10 +1,10 @@
 """reencode_streaming and thumbnail_generate.
 
-    reencode_streaming (dispatch, cpu)   stage input, probe, choose encoder/resources
-      └─ reencode_streaming.encode       H.264 + AAC, +faststart (GPU category with a hardware encoder)
-           └─ library.register           add the encoded file to the media library, exactly once
+reencode_streaming (dispatch, cpu)   stage input, probe, choose encoder/resources
+  └─ reencode_streaming.encode       H.264 + AAC, +faststart (GPU category with a hardware encoder)
+       └─ library.register           add the encoded file to the media library, exactly once
 
-    thumbnail_generate (dispatch, cpu)   one JPEG; with a video_id, library.update sets the asset's thumbnail
+thumbnail_generate (dispatch, cpu)   one JPEG; with a video_id, library.update sets the asset's thumbnail
 """
 
 from __future__ import annotations
@@ -52,14 +52,28 @@ def reencode_streaming(ctx: StageContext) -> dict:
     if params.max_height and short > params.max_height:
         size = commands.fit_short_side(info.width, info.height, params.max_height)
     stem = safe_stem(source.path.name)
-    ctx.spawn_child(child("reencode_streaming.encode", {
-        "input": workspace_rel(ctx, staged), "encoder": choice.encoder, "preset": params.preset, "crf": params.crf,
-        "target_bitrate_kbps": params.target_bitrate_kbps, "audio_bitrate_kbps": params.audio_bitrate_kbps,
-        "size": list(size) if size else None, "duration": info.duration_seconds, "output_name": f"{stem}.mp4",
-        "library_path": f"{params.library_directory}/{stem}-{str(ctx.job_id)[:8]}.mp4",
-        "library_directory": params.library_directory, "title": Path(source.rel_path).stem,
-        "source_video_id": source.video_id,
-    }, resource=choice, duration=info.duration_seconds))
+    ctx.spawn_child(
+        child(
+            "reencode_streaming.encode",
+            {
+                "input": workspace_rel(ctx, staged),
+                "encoder": choice.encoder,
+                "preset": params.preset,
+                "crf": params.crf,
+                "target_bitrate_kbps": params.target_bitrate_kbps,
+                "audio_bitrate_kbps": params.audio_bitrate_kbps,
+                "size": list(size) if size else None,
+                "duration": info.duration_seconds,
+                "output_name": f"{stem}.mp4",
+                "library_path": f"{params.library_directory}/{stem}-{str(ctx.job_id)[:8]}.mp4",
+                "library_directory": params.library_directory,
+                "title": Path(source.rel_path).stem,
+                "source_video_id": source.video_id,
+            },
+            resource=choice,
+            duration=info.duration_seconds,
+        )
+    )
     ctx.progress(100.0)
     return {"source": {k: v for k, v in info.to_dict().items() if k != "path"}, "resource": choice.as_dict()}
 
@@ -76,8 +90,13 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
     final = out_dir / name
     partial = partial_path(final)
     argv = commands.reencode_streaming(
-        src, partial, encoder=encoder_of(p), preset=p["preset"], crf=int(p["crf"]),
-        target_bitrate_kbps=int(p["target_bitrate_kbps"]), audio_kbps=int(p["audio_bitrate_kbps"]),
+        src,
+        partial,
+        encoder=encoder_of(p),
+        preset=p["preset"],
+        crf=int(p["crf"]),
+        target_bitrate_kbps=int(p["target_bitrate_kbps"]),
+        audio_kbps=int(p["audio_bitrate_kbps"]),
         size=tuple(p["size"]) if p.get("size") else None,
     )
     run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
@@ -92,14 +111,27 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
     except OSError:
         shutil.copyfile(final, library_copy)
     publish(ctx, final, name)
-    ctx.spawn_child(child("library.register", {
-        "source": workspace_rel(ctx, library_copy), "path": p["library_path"],
-        "directory": p["library_directory"], "title": p.get("title") or Path(name).stem,
-        "metadata": info.asset_fields(),
-    }))
+    ctx.spawn_child(
+        child(
+            "library.register",
+            {
+                "source": workspace_rel(ctx, library_copy),
+                "path": p["library_path"],
+                "directory": p["library_directory"],
+                "title": p.get("title") or Path(name).stem,
+                "metadata": info.asset_fields(),
+            },
+        )
+    )
     ctx.progress(100.0)
-    return {"output": name, "width": info.width, "height": info.height, "bitrate": info.bitrate,
-            "duration_seconds": info.duration_seconds, "library_path": p["library_path"]}
+    return {
+        "output": name,
+        "width": info.width,
+        "height": info.height,
+        "bitrate": info.bitrate,
+        "duration_seconds": info.duration_seconds,
+        "library_path": p["library_path"],
+    }
 
 
 @stage("thumbnail_generate")
@@ -121,7 +153,11 @@ def thumbnail_generate(ctx: StageContext) -> dict:
     os.replace(partial, final)
     publish(ctx, final, "thumbnail.jpg", extra={"timestamp": round(at, 3)})
     if source.video_id:
-        ctx.spawn_child(child("library.update", {
-            "video_id": source.video_id, "fields": {"thumbnail": f"{ctx.job_id}/thumbnail.jpg"}}))
+        ctx.spawn_child(
+            child(
+                "library.update",
+                {"video_id": source.video_id, "fields": {"thumbnail": f"{ctx.job_id}/thumbnail.jpg"}},
+            )
+        )
     ctx.progress(100.0)
     return {"output": "thumbnail.jpg", "timestamp": round(at, 3)}

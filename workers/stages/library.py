@@ -27,8 +27,25 @@ from jetencode.media.probe import ProbeError, probe
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import child, stage_params, throttle_for, workspace_rel, ws
 
-VIDEO_EXTENSIONS = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mts", ".m2ts", ".wmv",
-                              ".flv", ".mpg", ".mpeg", ".3gp", ".ogv"})
+VIDEO_EXTENSIONS = frozenset(
+    {
+        ".mp4",
+        ".m4v",
+        ".mov",
+        ".mkv",
+        ".webm",
+        ".avi",
+        ".ts",
+        ".mts",
+        ".m2ts",
+        ".wmv",
+        ".flv",
+        ".mpg",
+        ".mpeg",
+        ".3gp",
+        ".ogv",
+    }
+)
 # Fields library.update may set: results of analysis stages, never paths or validity.
 UPDATABLE_FIELDS = frozenset({"thumbnail", "tags", "scenes"})
 
@@ -40,6 +57,7 @@ def _asset_model():
 
 
 # --- scan ----------------------------------------------------------------------------------------
+
 
 def _walk_videos(root_dir: Path, recursive: bool) -> list[Path]:
     """Video files under root_dir, sorted; never follows directory symlinks, and skips file symlinks
@@ -105,6 +123,7 @@ def public_scan(ctx: StageContext) -> dict:
 
 # --- validate ------------------------------------------------------------------------------------
 
+
 @stage("validate")
 def validate(ctx: StageContext) -> dict:
     """Probe the file and store its metadata; an unreadable file is a *result* (invalid), not a
@@ -126,8 +145,10 @@ def validate(ctx: StageContext) -> dict:
         if not info.has_video:
             raise ProbeError(path, "no video stream")
         fields.update(info.asset_fields(), valid=True, invalid_reason="")
-        ctx.log(f"valid: {info.width}x{info.height} {info.video_codec}/{info.audio_codec or '-'} "
-                f"{info.duration_seconds:.2f}s")
+        ctx.log(
+            f"valid: {info.width}x{info.height} {info.video_codec}/{info.audio_codec or '-'} "
+            f"{info.duration_seconds:.2f}s"
+        )
     except (UnsafePathError, ProbeError) as exc:
         reason = exc.reason if isinstance(exc, ProbeError) else str(exc)
         fields.update(valid=False, invalid_reason=reason[:1000])
@@ -139,7 +160,8 @@ def validate(ctx: StageContext) -> dict:
             raise PermanentFailure(str(exc)) from None
         parent = Path(clean).parent.as_posix()
         asset, _ = MediaAsset.objects.get_or_create(
-            path=clean, defaults={"title": Path(clean).stem, "directory": "" if parent == "." else parent})
+            path=clean, defaults={"title": Path(clean).stem, "directory": "" if parent == "." else parent}
+        )
     MediaAsset.objects.filter(pk=asset.pk).update(**fields)
     ctx.progress(100.0)
     result = {k: v for k, v in fields.items() if k != "validated_at"}
@@ -147,6 +169,7 @@ def validate(ctx: StageContext) -> dict:
 
 
 # --- move_to_library -------------------------------------------------------------------------------
+
 
 @stage("move_to_library")
 def move_to_library(ctx: StageContext) -> dict:
@@ -166,7 +189,9 @@ def move_to_library(ctx: StageContext) -> dict:
     old_path = media_root() / old_clean
     if asset is None:
         asset = MediaAsset.objects.filter(path=old_clean).first()
-    occupant = MediaAsset.objects.filter(path=new_rel).exclude(pk=asset.pk if asset is not None else None).first()
+    occupant = (
+        MediaAsset.objects.filter(path=new_rel).exclude(pk=asset.pk if asset is not None else None).first()
+    )
     if occupant is not None and old_rel != new_rel:
         raise PermanentFailure(f"{new_rel} already belongs to library asset {occupant.pk}")
 
@@ -200,6 +225,7 @@ def move_to_library(ctx: StageContext) -> dict:
 
 # --- follow-up stages used by other types -------------------------------------------------------
 
+
 @stage("library.register")
 def library_register(ctx: StageContext) -> dict:
     """Add a produced video to the library, exactly once per path.
@@ -230,13 +256,33 @@ def library_register(ctx: StageContext) -> dict:
     MediaAsset = _asset_model()
     # The job row normally exists; if retention removed it, register the asset without the link.
     source_job_id = ctx.job_id if Job.objects.filter(pk=ctx.job_id).exists() else None
-    fields = {k: v for k, v in (payload.get("metadata") or {}).items() if k in {
-        "size_bytes", "duration_seconds", "width", "height", "fps", "video_codec", "audio_codec", "bitrate",
-        "orientation", "has_audio"}}
+    fields = {
+        k: v
+        for k, v in (payload.get("metadata") or {}).items()
+        if k
+        in {
+            "size_bytes",
+            "duration_seconds",
+            "width",
+            "height",
+            "fps",
+            "video_codec",
+            "audio_codec",
+            "bitrate",
+            "orientation",
+            "has_audio",
+        }
+    }
     asset, created = MediaAsset.objects.get_or_create(
         path=relative_to_media_root(dest),
-        defaults={"title": payload.get("title", dest.stem), "directory": payload.get("directory", ""),
-                  "source_job_id": source_job_id, "valid": True, "validated_at": timezone.now(), **fields},
+        defaults={
+            "title": payload.get("title", dest.stem),
+            "directory": payload.get("directory", ""),
+            "source_job_id": source_job_id,
+            "valid": True,
+            "validated_at": timezone.now(),
+            **fields,
+        },
     )
     ctx.progress(100.0)
     ctx.log(("created" if created else "found existing") + f" library asset {asset.pk} for {asset.path}")
@@ -253,7 +299,9 @@ def library_update(ctx: StageContext) -> dict:
         raise PermanentFailure("library.update has nothing to update")
     updated = _asset_model().objects.filter(id=payload["video_id"]).update(**fields)
     ctx.progress(100.0)
-    ctx.log(f"updated {', '.join(sorted(fields))} on asset {payload['video_id']}" if updated
-            else f"asset {payload['video_id']} no longer exists; nothing updated")
+    ctx.log(
+        f"updated {', '.join(sorted(fields))} on asset {payload['video_id']}"
+        if updated
+        else f"asset {payload['video_id']} no longer exists; nothing updated"
+    )
     return {"video_id": payload["video_id"], "updated": bool(updated), "fields": sorted(fields)}
-

@@ -26,7 +26,9 @@ def noop(ctx: StageContext) -> dict:
         if params.seconds:
             throttle.update(100.0 * (1 - max(0.0, deadline - time.monotonic()) / params.seconds))
     if ctx.attempt <= params.fail_attempts:
-        raise RuntimeError(f"noop: attempt {ctx.attempt} fails on purpose (fail_attempts={params.fail_attempts})")
+        raise RuntimeError(
+            f"noop: attempt {ctx.attempt} fails on purpose (fail_attempts={params.fail_attempts})"
+        )
     for _ in range(params.children):
         ctx.spawn_child(child("noop", {"seconds": params.seconds, "children": 0}))
     ctx.progress(100.0)

@@ -52,8 +52,10 @@ def transcode(ctx: StageContext) -> dict:
     staged = stage_input(ctx, source.path)
     ctx.progress(40.0)
     info = probe_media(staged)
-    ctx.log(f"source: {info.width}x{info.height} {info.fps} fps {info.video_codec}/{info.audio_codec or '-'} "
-            f"{info.duration_seconds:.2f}s")
+    ctx.log(
+        f"source: {info.width}x{info.height} {info.fps} fps {info.video_codec}/{info.audio_codec or '-'} "
+        f"{info.duration_seconds:.2f}s"
+    )
     choice = choose_resource(ctx)
     requested = [r.model_dump() for r in params.ladder] if params.ladder else None
     ladder = ladder_for(min(info.width, info.height), requested)
@@ -62,25 +64,63 @@ def transcode(ctx: StageContext) -> dict:
     for rung in ladder:
         width, height = commands.fit_short_side(info.width, info.height, rung["height"])
         rung["resolution"] = f"{width}x{height}"
-        ctx.spawn_child(child("transcode.rendition", {
-            "input": staged_rel, "name": rung["name"], "width": width, "height": height,
-            "video_bitrate_kbps": rung["video_bitrate_kbps"], "segment_seconds": params.segment_seconds,
-            "encoder": choice.encoder, "preset": params.preset, "crf": params.crf,
-            "audio_bitrate_kbps": params.audio_bitrate_kbps, "duration": duration,
-        }, resource=choice, duration=duration))
+        ctx.spawn_child(
+            child(
+                "transcode.rendition",
+                {
+                    "input": staged_rel,
+                    "name": rung["name"],
+                    "width": width,
+                    "height": height,
+                    "video_bitrate_kbps": rung["video_bitrate_kbps"],
+                    "segment_seconds": params.segment_seconds,
+                    "encoder": choice.encoder,
+                    "preset": params.preset,
+                    "crf": params.crf,
+                    "audio_bitrate_kbps": params.audio_bitrate_kbps,
+                    "duration": duration,
+                },
+                resource=choice,
+                duration=duration,
+            )
+        )
     at = params.thumbnail_at if params.thumbnail_at is not None else duration * 0.25
-    ctx.spawn_child(child("transcode.thumbnail", {
-        "input": staged_rel, "timestamp": min(at, max(0.0, duration - 0.1)), "width": params.thumbnail_width,
-    }, duration=duration))
-    ctx.spawn_child(child("transcode.package", {
-        "renditions": [{"name": r["name"], "video_bitrate_kbps": r["video_bitrate_kbps"]} for r in ladder],
-        "segment_seconds": params.segment_seconds, "audio_bitrate_kbps": params.audio_bitrate_kbps,
-        "duration": duration,
-    }, pool="background", duration=duration, wait_for_siblings=True))
+    ctx.spawn_child(
+        child(
+            "transcode.thumbnail",
+            {
+                "input": staged_rel,
+                "timestamp": min(at, max(0.0, duration - 0.1)),
+                "width": params.thumbnail_width,
+            },
+            duration=duration,
+        )
+    )
+    ctx.spawn_child(
+        child(
+            "transcode.package",
+            {
+                "renditions": [
+                    {"name": r["name"], "video_bitrate_kbps": r["video_bitrate_kbps"]} for r in ladder
+                ],
+                "segment_seconds": params.segment_seconds,
+                "audio_bitrate_kbps": params.audio_bitrate_kbps,
+                "duration": duration,
+            },
+            pool="background",
+            duration=duration,
+            wait_for_siblings=True,
+        )
+    )
     ctx.progress(100.0)
-    ctx.log("ladder: " + ", ".join(f"{r['name']} {r['resolution']} {r['video_bitrate_kbps']}k" for r in ladder))
-    return {"source": {k: v for k, v in info.to_dict().items() if k != "path"}, "ladder": ladder,
-            "resource": choice.as_dict()}
+    ctx.log(
+        "ladder: " + ", ".join(f"{r['name']} {r['resolution']} {r['video_bitrate_kbps']}k" for r in ladder)
+    )
+    return {
+        "source": {k: v for k, v in info.to_dict().items() if k != "path"},
+        "ladder": ladder,
+        "resource": choice.as_dict(),
+    }
 
 
 @stage("transcode.rendition")
@@ -94,16 +134,30 @@ def transcode_rendition(ctx: StageContext) -> dict:
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)
     argv = commands.rendition(
-        src, partial, width=int(p["width"]), height=int(p["height"]), video_bitrate_kbps=int(p["video_bitrate_kbps"]),
-        segment_seconds=float(p["segment_seconds"]), encoder=encoder_of(p), preset=p.get("preset", "veryfast"),
-        crf=int(p.get("crf", 23)), audio_kbps=int(p.get("audio_bitrate_kbps", 128)),
+        src,
+        partial,
+        width=int(p["width"]),
+        height=int(p["height"]),
+        video_bitrate_kbps=int(p["video_bitrate_kbps"]),
+        segment_seconds=float(p["segment_seconds"]),
+        encoder=encoder_of(p),
+        preset=p.get("preset", "veryfast"),
+        crf=int(p.get("crf", 23)),
+        audio_kbps=int(p.get("audio_bitrate_kbps", 128)),
     )
     run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what=f"rendition {name}")
     os.replace(partial, final)
     info = probe(final)
-    ctx.log(f"rendition {name}: {info.width}x{info.height}, {info.bitrate} bit/s, {final.stat().st_size} bytes")
-    return {"name": name, "width": info.width, "height": info.height, "bitrate": info.bitrate,
-            "file": workspace_rel(ctx, final)}
+    ctx.log(
+        f"rendition {name}: {info.width}x{info.height}, {info.bitrate} bit/s, {final.stat().st_size} bytes"
+    )
+    return {
+        "name": name,
+        "width": info.width,
+        "height": info.height,
+        "bitrate": info.bitrate,
+        "file": workspace_rel(ctx, final),
+    }
 
 
 @stage("transcode.thumbnail")
@@ -143,19 +197,37 @@ def transcode_package(ctx: StageContext) -> dict:
         out_dir.mkdir()
         argv = commands.hls_package(src, out_dir, segment_seconds=float(p["segment_seconds"]))
         span = throttle.span(100.0 * i / len(renditions), 100.0 * (i + 1) / len(renditions))
-        run_ffmpeg(ctx, argv, duration=float(p.get("duration") or 0) or None, throttle=span, what=f"hls {name}")
-        variants.append(variant_from_probe(f"{name}/index.m3u8", probe(src), rendition.get("video_bitrate_kbps"),
-                                           int(p.get("audio_bitrate_kbps", 128))))
+        run_ffmpeg(
+            ctx, argv, duration=float(p.get("duration") or 0) or None, throttle=span, what=f"hls {name}"
+        )
+        variants.append(
+            variant_from_probe(
+                f"{name}/index.m3u8",
+                probe(src),
+                rendition.get("video_bitrate_kbps"),
+                int(p.get("audio_bitrate_kbps", 128)),
+            )
+        )
     (building / "master.m3u8").write_text(master_playlist(variants))
     final = workspace / HLS_DIR
     if final.exists():
         shutil.rmtree(final)
     os.replace(building, final)
-    ctx.spawn_child(child("transcode.upload", {"renditions": [str(r["name"]) for r in renditions]},
-                          pool="background", duration=p.get("duration")))
+    ctx.spawn_child(
+        child(
+            "transcode.upload",
+            {"renditions": [str(r["name"]) for r in renditions]},
+            pool="background",
+            duration=p.get("duration"),
+        )
+    )
     ctx.progress(100.0)
     ctx.log(f"packaged {len(variants)} renditions; master playlist {HLS_DIR}/master.m3u8")
-    return {"variants": [{"uri": v.uri, "bandwidth": v.bandwidth, "resolution": f"{v.width}x{v.height}"} for v in variants]}
+    return {
+        "variants": [
+            {"uri": v.uri, "bandwidth": v.bandwidth, "resolution": f"{v.width}x{v.height}"} for v in variants
+        ]
+    }
 
 
 @stage("transcode.upload")

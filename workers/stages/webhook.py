@@ -36,8 +36,13 @@ def job_summary(job_id: str) -> dict:
         for o in job.outputs.order_by("name")
     ]
     return {
-        "id": str(job.pk), "type": job.type, "status": job.status, "progress": job.progress,
-        "params": job.params, "priority": job.priority, "error": job.last_error,
+        "id": str(job.pk),
+        "type": job.type,
+        "status": job.status,
+        "progress": job.progress,
+        "params": job.params,
+        "priority": job.priority,
+        "error": job.last_error,
         "created_at": job.created_at.isoformat() if job.created_at else None,
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,

@@ -47,8 +47,14 @@ class Command(BaseCommand):
             browser = playwright.chromium.launch(executable_path=options["chromium"], args=CHROMIUM_ARGS)
             self.shoot_all(browser, base, options["username"], password, out, pages)
             if options["viewer_username"]:
-                self.shoot_all(browser, base, options["viewer_username"], options["viewer_password"], out,
-                               [("viewer-queue", "/dashboard/queue")])
+                self.shoot_all(
+                    browser,
+                    base,
+                    options["viewer_username"],
+                    options["viewer_password"],
+                    out,
+                    [("viewer-queue", "/dashboard/queue")],
+                )
             browser.close()
 
     def pages(self) -> list[tuple[str, str]]:
@@ -64,7 +70,12 @@ class Command(BaseCommand):
             ("workers", "/dashboard/workers"),
             ("admin-tasks", "/admin/scheduler/queuetask/"),
         ]
-        video = JobOutput.objects.filter(name__endswith=".mp4").order_by("-created_at").values_list("job_id", flat=True).first()
+        video = (
+            JobOutput.objects.filter(name__endswith=".mp4")
+            .order_by("-created_at")
+            .values_list("job_id", flat=True)
+            .first()
+        )
         if video:
             pages.append(("job", f"/dashboard/jobs/{video}"))
         worker = QueueWorker.objects.order_by("uid").values_list("uid", flat=True).first()

@@ -32,4 +32,6 @@ class Command(BaseCommand):
         for payload in DEMO_JOBS:
             services.create_job(None, payload)
         marker.touch()
-        self.stdout.write(f"Seeded {len(written)} demo clips under {settings.MEDIA_ROOT_DIR} and {len(DEMO_JOBS)} demo jobs.")
+        self.stdout.write(
+            f"Seeded {len(written)} demo clips under {settings.MEDIA_ROOT_DIR} and {len(DEMO_JOBS)} demo jobs."
+        )
