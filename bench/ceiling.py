@@ -90,8 +90,10 @@ def measure(url: str, database: str, connections: int, seconds: float) -> dict:
     barrier = ctx.Barrier(connections + 1)
     results = ctx.Queue()
     release = ctx.Event()
-    procs = [ctx.Process(target=_loop, args=(url, i, seconds, barrier, results, release), daemon=True)
-             for i in range(connections)]
+    procs = [
+        ctx.Process(target=_loop, args=(url, i, seconds, barrier, results, release), daemon=True)
+        for i in range(connections)
+    ]
     for proc in procs:
         proc.start()
     barrier.wait(timeout=60)
@@ -120,6 +122,8 @@ def measure(url: str, database: str, connections: int, seconds: float) -> dict:
         "cpu_ms_per_cycle": {
             "loop_processes": round(1000 * cpu["workers_cpu_seconds"] / max(total, 1), 3),
             "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / max(total, 1), 3),
-            "total": round(1000 * (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / max(total, 1), 3),
+            "total": round(
+                1000 * (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / max(total, 1), 3
+            ),
         },
     }

@@ -75,16 +75,23 @@ def explain(conn, query: str, params: dict) -> dict:
 
     def walk(node, depth=0):
         label = node["Node Type"] + (f" on {node['Index Name']}" if "Index Name" in node else "")
-        label += f" ({node.get('Relation Name')})" if "Relation Name" in node and "Index Name" not in node else ""
+        label += (
+            f" ({node.get('Relation Name')})" if "Relation Name" in node and "Index Name" not in node else ""
+        )
         nodes.append("  " * depth + label)
         for child in node.get("Plans", []):
             walk(child, depth + 1)
 
     walk(plan["Plan"])
     top = plan["Plan"]
-    return {"execution_ms": round(plan["Execution Time"], 3), "planning_ms": round(plan["Planning Time"], 3),
-            "settings": config, "shared_buffers_hit": top.get("Shared Hit Blocks"), "shared_buffers_read": top.get("Shared Read Blocks"),
-            "plan": nodes}
+    return {
+        "execution_ms": round(plan["Execution Time"], 3),
+        "planning_ms": round(plan["Planning Time"], 3),
+        "settings": config,
+        "shared_buffers_hit": top.get("Shared Hit Blocks"),
+        "shared_buffers_read": top.get("Shared Read Blocks"),
+        "plan": nodes,
+    }
 
 
 def _sample(conn, session, samples: int, args: list) -> tuple[list[float], list[float], int]:
@@ -100,7 +107,10 @@ def _sample(conn, session, samples: int, args: list) -> tuple[list[float], list[
         if row is None:
             empty += 1
             continue
-        conn.execute("SELECT * FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')", [row[0], row[1], WORKER, session])
+        conn.execute(
+            "SELECT * FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')",
+            [row[0], row[1], WORKER, session],
+        )
         t2 = time.perf_counter()
         claims.append(t1 - t0)
         finishes.append(t2 - t1)
@@ -138,17 +148,31 @@ def op_costs(conn, session, args: list, n: int) -> dict:
 
         for _ in range(n):
             call("enqueue_job_v1", jobs.ENQUEUE, args)
-            rows = call("claim_task_v1", "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)",
-                        [WORKER, session])
+            rows = call(
+                "claim_task_v1",
+                "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)",
+                [WORKER, session],
+            )
             if not rows:
                 continue
             task, token = rows[0]
-            call("report_progress_v1", "SELECT * FROM report_progress_v1(%s, %s, %s, %s, 100, NULL, NULL)",
-                 [task, token, WORKER, session])
-            call("finish_task_v1", "SELECT * FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')",
-                 [task, token, WORKER, session])
-        out[mode] = {label: {"cpu_ms": round(1000 * spent[label] / n, 3), "wall_ms": round(1000 * waited[label] / n, 3)}
-                     for label in spent}
+            call(
+                "report_progress_v1",
+                "SELECT * FROM report_progress_v1(%s, %s, %s, %s, 100, NULL, NULL)",
+                [task, token, WORKER, session],
+            )
+            call(
+                "finish_task_v1",
+                "SELECT * FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')",
+                [task, token, WORKER, session],
+            )
+        out[mode] = {
+            label: {
+                "cpu_ms": round(1000 * spent[label] / n, 3),
+                "wall_ms": round(1000 * waited[label] / n, 3),
+            }
+            for label in spent
+        }
         out[mode]["stage_total"] = {
             "cpu_ms": round(sum(v["cpu_ms"] for v in out[mode].values()), 3),
             "wall_ms": round(sum(v["wall_ms"] for v in out[mode].values()), 3),
@@ -183,7 +207,9 @@ def measure(url: str, sizes: list[int], samples: int, log=print) -> dict:
                 out["op_costs"] = op_costs(conn, session, list(args), max(20, min(300, samples)))
                 total = out["op_costs"].get("synchronous_commit=on", {}).get("stage_total")
                 if total:
-                    log(f"  PostgreSQL CPU per noop stage (enqueue+claim+progress+finish): {total['cpu_ms']} ms")
+                    log(
+                        f"  PostgreSQL CPU per noop stage (enqueue+claim+progress+finish): {total['cpu_ms']} ms"
+                    )
             plans = {
                 "walk": explain(conn, WALK, {"w": WORKER}),
                 "capacity_guard": explain(conn, GUARD, {"s": session}),
@@ -200,7 +226,9 @@ def measure(url: str, sizes: list[int], samples: int, log=print) -> dict:
                 "explain": plans,
             }
             c = out["sizes"][str(size)]["claim"]
-            log(f"  claim latency at {pending:,} pending: p50 {c.get('p50_ms')} ms, p99 {c.get('p99_ms')} ms "
-                f"(filled in {fill:.0f}s)")
+            log(
+                f"  claim latency at {pending:,} pending: p50 {c.get('p50_ms')} ms, p99 {c.get('p99_ms')} ms "
+                f"(filled in {fill:.0f}s)"
+            )
         db.reset_queue(conn)
     return out

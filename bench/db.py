@@ -65,11 +65,16 @@ def create_database(name: str, *, log=print) -> str:
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput"],
-        cwd=ROOT, env={**os.environ, "DATABASE_URL": url, "JETENCODE_APPLICATION_NAME": "jetencode-bench-migrate"},
-        capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url, "JETENCODE_APPLICATION_NAME": "jetencode-bench-migrate"},
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"manage.py migrate failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"manage.py migrate failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
     log(f"database {name}: created and migrated in {time.monotonic() - started:.1f}s")
     return url
 
@@ -79,13 +84,18 @@ def drop_database(name: str) -> None:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def reset_queue(conn: psycopg.Connection, *, vacuum: bool = True) -> None:
-    """Empty every queue table (no worker may be running), re-seed the singleton, VACUUM ANALYZE."""
+def reset_queue(conn: psycopg.Connection, *, analyze_empty: bool = False) -> None:
+    """Empty every queue table (no worker may be running) and re-seed the singleton.
+
+    TRUNCATE leaves the tables "never analyzed" (reltuples = -1), as on a fresh install, and the
+    planner then assumes a few pages. `analyze_empty` instead records statistics of the empty
+    tables, as autovacuum does on a queue that was (nearly) empty when it ran: plans cached from
+    then on believe the tables are tiny (see the stale-statistics throughput run)."""
     conn.execute("TRUNCATE " + ", ".join(QUEUE_TABLES) + " RESTART IDENTITY CASCADE")
     conn.execute(
         "INSERT INTO queue_scheduler_state (id, rebalances, updated_at) VALUES (1, 0, now()) ON CONFLICT DO NOTHING"
     )
-    if vacuum:
+    if analyze_empty:
         analyze(conn)
 
 
@@ -100,8 +110,16 @@ def scalar(conn: psycopg.Connection, query: str, params=()) -> object:
 
 # ---- bulk setup --------------------------------------------------------------------------------
 
-def bulk_pending_jobs(conn: psycopg.Connection, count: int, *, workers: int = 10, targeted: float = 0.1,
-                      assigned: float = 0.1, priorities: int = 21) -> None:
+
+def bulk_pending_jobs(
+    conn: psycopg.Connection,
+    count: int,
+    *,
+    workers: int = 10,
+    targeted: float = 0.1,
+    assigned: float = 0.1,
+    priorities: int = 21,
+) -> None:
     """Add `count` pending jobs with one pending task each, like test_claim_plan's setup but spread
     wider: priorities -10..10, a share targeted at (required_worker_uid) and a share already assigned
     to (a pending job-placement stage) one of `workers` worker uids `bw0`..`bw{n-1}`; the rest wait
@@ -151,7 +169,9 @@ def bulk_pending_jobs(conn: psycopg.Connection, count: int, *, workers: int = 10
 def bulk_history(conn: psycopg.Connection, count: int) -> None:
     """`count` jobs in a realistic mix for the read paths (API, dashboard): most finished, some
     pending (queued dispatch), some running (a claimed dispatch), some failed."""
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS bench_hist (id uuid PRIMARY KEY, status text, prio int, uid text)")
+    conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS bench_hist (id uuid PRIMARY KEY, status text, prio int, uid text)"
+    )
     conn.execute("TRUNCATE bench_hist")
     conn.execute(
         """INSERT INTO bench_hist

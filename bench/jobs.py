@@ -37,16 +37,43 @@ def job_args(payload: dict, *, notify: bool = True) -> list:
 
     job = services.build_new_job(payload)
     return [
-        job.job_type, json.dumps(job.params), job.priority, job.max_attempts, job.webhook_url,
-        job.required_worker_uid, job.hardware, job.resource_category, job.vram_mb, job.required_category,
-        job.required_vram_mb, job.timeout_seconds, job.created_by, settings.JETENCODE["STALE_WORKER_SECONDS"],
+        job.job_type,
+        json.dumps(job.params),
+        job.priority,
+        job.max_attempts,
+        job.webhook_url,
+        job.required_worker_uid,
+        job.hardware,
+        job.resource_category,
+        job.vram_mb,
+        job.required_category,
+        job.required_vram_mb,
+        job.timeout_seconds,
+        job.created_by,
+        settings.JETENCODE["STALE_WORKER_SECONDS"],
         notify,
     ]
 
 
 def raw_args(job_type: str, params: dict, *, priority: int = 0, notify: bool = True) -> list:
     """Arguments for a job type the API does not know (the bench's own `bench_probe`)."""
-    return [job_type, json.dumps(params), priority, 1, None, None, "auto", None, None, None, 0, 600, None, 60.0, notify]
+    return [
+        job_type,
+        json.dumps(params),
+        priority,
+        1,
+        None,
+        None,
+        "auto",
+        None,
+        None,
+        None,
+        0,
+        600,
+        None,
+        60.0,
+        notify,
+    ]
 
 
 def enqueue_many(conn: psycopg.Connection, args: list, count: int, batch: int = 100) -> float:
@@ -60,7 +87,9 @@ def enqueue_many(conn: psycopg.Connection, args: list, count: int, batch: int = 
     return time.perf_counter() - started
 
 
-def wait_for(conn: psycopg.Connection, query: str, params, target: int, timeout: float, poll: float = 0.1) -> int:
+def wait_for(
+    conn: psycopg.Connection, query: str, params, target: int, timeout: float, poll: float = 0.1
+) -> int:
     """Poll `query` (a count) until it reaches `target`; return the last count (may be short on timeout)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -34,12 +34,36 @@ def make_clip(path: Path, seconds: int, size: str = "1280x720") -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [ffmpeg_path(), "-nostdin", "-hide_banner", "-loglevel", "error", "-y",
-         "-f", "lavfi", "-i", f"testsrc2=size={size}:rate=30:duration={seconds}",
-         "-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}",
-         "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "128k",
-         "-shortest", str(path)],
-        check=True, timeout=600,
+        [
+            ffmpeg_path(),
+            "-nostdin",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            f"testsrc2=size={size}:rate=30:duration={seconds}",
+            "-f",
+            "lavfi",
+            "-i",
+            f"sine=frequency=440:sample_rate=48000:duration={seconds}",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "128k",
+            "-shortest",
+            str(path),
+        ],
+        check=True,
+        timeout=600,
     )
 
 
@@ -47,8 +71,13 @@ def direct_argv(payload: dict, src: Path, dst: Path) -> list[str]:
     from jetencode.media import commands
 
     return commands.reencode_streaming(
-        src, dst, encoder=payload.get("encoder") or "libx264", preset=payload["preset"], crf=int(payload["crf"]),
-        target_bitrate_kbps=int(payload["target_bitrate_kbps"]), audio_kbps=int(payload["audio_bitrate_kbps"]),
+        src,
+        dst,
+        encoder=payload.get("encoder") or "libx264",
+        preset=payload["preset"],
+        crf=int(payload["crf"]),
+        target_bitrate_kbps=int(payload["target_bitrate_kbps"]),
+        audio_kbps=int(payload["audio_bitrate_kbps"]),
         size=tuple(payload["size"]) if payload.get("size") else None,
     )
 
@@ -57,8 +86,14 @@ def run_direct(argv: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one direct FFmpeg run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True,
-                   timeout=1800)
+    subprocess.run(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=True,
+        timeout=1800,
+    )
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -75,7 +110,9 @@ def run_job(conn, rel: str, timeout: float, worker_pid: int) -> dict:
 
     cpu_before = process_cpu(worker_pid)
 
-    job = services.create_job(None, {"type": "reencode_streaming", "params": {"input": rel}, "hardware": "cpu"})
+    job = services.create_job(
+        None, {"type": "reencode_streaming", "params": {"input": rel}, "hardware": "cpu"}
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = db.scalar(conn, "SELECT status FROM jobs WHERE id = %s", [job.id])
@@ -84,7 +121,8 @@ def run_job(conn, rel: str, timeout: float, worker_pid: int) -> dict:
         time.sleep(0.05)
     worker_cpu = process_cpu(worker_pid) - cpu_before
     row = conn.execute(
-        "SELECT status, extract(epoch FROM finished_at - created_at), last_error FROM jobs WHERE id = %s", [job.id]
+        "SELECT status, extract(epoch FROM finished_at - created_at), last_error FROM jobs WHERE id = %s",
+        [job.id],
     ).fetchone()
     if row[0] != "completed":
         raise RuntimeError(f"reencode_streaming job {job.id} ended {row[0]}: {row[2]}")
@@ -101,8 +139,10 @@ def run_job(conn, rel: str, timeout: float, worker_pid: int) -> dict:
         "seconds": float(row[1]),
         "outside_encode_stage_seconds": round(float(row[1]) - encode, 3),
         "worker_cpu_seconds": round(worker_cpu, 2),
-        "stages": [{"task_type": s[0], "started_after": round(float(s[1]), 3), "ran": round(float(s[2]), 3)}
-                   for s in stages],
+        "stages": [
+            {"task_type": s[0], "started_after": round(float(s[1]), 3), "ran": round(float(s[2]), 3)}
+            for s in stages
+        ],
         "encode_payload": next((s[3] for s in stages if s[0] == "reencode_streaming.encode"), None),
     }
 
@@ -116,7 +156,9 @@ def measure(url: str, workdir: Path, media_root: Path, *, clip_seconds: int, pai
     system_runs, direct_runs, ratios, cpu_ratios = [], [], [], []
     with db.connect(url) as conn:
         db.reset_queue(conn)
-        pool = WorkerPool(url, workdir, 1, concurrency=4, poll_seconds=1.0, notify=True, uid_prefix="bench-media")
+        pool = WorkerPool(
+            url, workdir, 1, concurrency=4, poll_seconds=1.0, notify=True, uid_prefix="bench-media"
+        )
         pool.start()
         try:
             argv = None
@@ -135,9 +177,11 @@ def measure(url: str, workdir: Path, media_root: Path, *, clip_seconds: int, pai
                 direct_runs.append(round(direct, 3))
                 ratios.append(job["seconds"] / direct)
                 cpu_ratios.append(job["worker_cpu_seconds"] / direct_cpu if direct_cpu else None)
-                log(f"  media pair {index}: system {job['seconds']:.2f}s, direct {direct:.2f}s, "
+                log(
+                    f"  media pair {index}: system {job['seconds']:.2f}s, direct {direct:.2f}s, "
                     f"ratio {job['seconds'] / direct:.3f} (CPU: worker {job['worker_cpu_seconds']:.1f}s, "
-                    f"direct {direct_cpu:.1f}s); outside the encode stage {job['outside_encode_stage_seconds']:.2f}s")
+                    f"direct {direct_cpu:.1f}s); outside the encode stage {job['outside_encode_stage_seconds']:.2f}s"
+                )
         finally:
             pool.stop()
     return {
@@ -147,9 +191,16 @@ def measure(url: str, workdir: Path, media_root: Path, *, clip_seconds: int, pai
         "direct_seconds": direct_runs,
         "ratios": [round(r, 4) for r in ratios],
         "ratio_median": round(statistics.median(ratios), 4) if ratios else None,
-        "cpu_ratio_median": round(statistics.median(r for r in cpu_ratios if r), 4) if any(cpu_ratios) else None,
+        "cpu_ratio_median": round(statistics.median(r for r in cpu_ratios if r), 4)
+        if any(cpu_ratios)
+        else None,
         "outside_encode_stage_median_seconds": (
-            round(statistics.median(r["outside_encode_stage_seconds"] for r in system_runs), 3) if system_runs else None),
-        "system_median_seconds": round(statistics.median(r["seconds"] for r in system_runs), 3) if system_runs else None,
+            round(statistics.median(r["outside_encode_stage_seconds"] for r in system_runs), 3)
+            if system_runs
+            else None
+        ),
+        "system_median_seconds": round(statistics.median(r["seconds"] for r in system_runs), 3)
+        if system_runs
+        else None,
         "direct_median_seconds": round(statistics.median(direct_runs), 3) if direct_runs else None,
     }

@@ -19,7 +19,9 @@ from bench import db
 
 
 class ActivitySampler(threading.Thread):
-    def __init__(self, url: str, application_like: str = "jetencode-worker % media-%", interval: float = 0.02):
+    def __init__(
+        self, url: str, application_like: str = "jetencode-worker % media-%", interval: float = 0.02
+    ):
         super().__init__(name="activity-sampler", daemon=True)
         self.url = url
         self.like = application_like
@@ -60,16 +62,28 @@ class ActivitySampler(threading.Thread):
         producer = sum(self.producer.values()) or 1
         return {
             "samples": self.samples,
-            "slot_connections_percent": {k: round(100.0 * v / total, 1) for k, v in self.counts.most_common(16)},
-            "producer_connection_percent": {k: round(100.0 * v / producer, 1)
-                                            for k, v in self.producer.most_common(6)},
+            "slot_connections_percent": {
+                k: round(100.0 * v / total, 1) for k, v in self.counts.most_common(16)
+            },
+            "producer_connection_percent": {
+                k: round(100.0 * v / producer, 1) for k, v in self.producer.most_common(6)
+            },
         }
 
 
 def _statement(query: str | None) -> str:
     text = (query or "").strip()
-    for name in ("claim_task_v1", "finish_task_v1", "report_progress_v1", "heartbeat_tasks_v1", "enqueue_job_v1",
-                 "worker_heartbeat_v1", "recover_expired_v1", "fail_task_v1", "release_task_v1"):
+    for name in (
+        "claim_task_v1",
+        "finish_task_v1",
+        "report_progress_v1",
+        "heartbeat_tasks_v1",
+        "enqueue_job_v1",
+        "worker_heartbeat_v1",
+        "recover_expired_v1",
+        "fail_task_v1",
+        "release_task_v1",
+    ):
         if name in text:
             return name
     return text[:30] or "?"

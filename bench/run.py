@@ -31,23 +31,47 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
 PROFILES = {
     "full": {
-        "throughput_jobs": 5000, "throughput_workers": [2, 1, 4], "ceiling_seconds": 10.0,
-        "claim_sizes": [1000, 100_000, 1_000_000], "claim_samples": 2000,
-        "wakeup_samples": 50, "wakeup_poll_samples": 30,
-        "web_jobs": 100_000, "web_samples": 100, "media_clip_seconds": 20, "media_pairs": 5,
+        "throughput_jobs": 5000,
+        "throughput_workers": [2, 1, 4],
+        "ceiling_seconds": 10.0,
+        "stale_statistics_run": True,
+        "claim_sizes": [1000, 100_000, 1_000_000],
+        "claim_samples": 2000,
+        "wakeup_samples": 50,
+        "wakeup_poll_samples": 30,
+        "web_jobs": 100_000,
+        "web_samples": 100,
+        "media_clip_seconds": 20,
+        "media_pairs": 5,
     },
     "quick": {
-        "throughput_jobs": 500, "throughput_workers": [2, 1, 4], "ceiling_seconds": 4.0,
-        "claim_sizes": [1000, 100_000], "claim_samples": 300,
-        "wakeup_samples": 20, "wakeup_poll_samples": 10,
-        "web_jobs": 100_000, "web_samples": 30, "media_clip_seconds": 8, "media_pairs": 2,
+        "throughput_jobs": 500,
+        "throughput_workers": [2, 1, 4],
+        "ceiling_seconds": 4.0,
+        "stale_statistics_run": True,
+        "claim_sizes": [1000, 100_000],
+        "claim_samples": 300,
+        "wakeup_samples": 20,
+        "wakeup_poll_samples": 10,
+        "web_jobs": 100_000,
+        "web_samples": 30,
+        "media_clip_seconds": 8,
+        "media_pairs": 2,
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
-        "throughput_jobs": 40, "throughput_workers": [1], "ceiling_seconds": 1.0,
-        "claim_sizes": [1000], "claim_samples": 30,
-        "wakeup_samples": 2, "wakeup_poll_samples": 0,
-        "web_jobs": 500, "web_samples": 1, "media_clip_seconds": 2, "media_pairs": 1,
+        "throughput_jobs": 40,
+        "throughput_workers": [1],
+        "ceiling_seconds": 1.0,
+        "stale_statistics_run": False,
+        "claim_sizes": [1000],
+        "claim_samples": 30,
+        "wakeup_samples": 2,
+        "wakeup_poll_samples": 0,
+        "web_jobs": 500,
+        "web_samples": 1,
+        "media_clip_seconds": 2,
+        "media_pairs": 1,
     },
 }
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web")
@@ -70,12 +94,14 @@ def machine_info(url: str) -> dict:
     try:
         with db.connect(url) as conn:
             info["postgresql"] = db.scalar(conn, "SHOW server_version")
-            info["postgresql_settings"] = dict(conn.execute(
-                """SELECT name, setting || coalesce(unit, '') FROM pg_settings
+            info["postgresql_settings"] = dict(
+                conn.execute(
+                    """SELECT name, setting || coalesce(unit, '') FROM pg_settings
                     WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'wal_sync_method', 'jit',
                                    'max_connections', 'commit_delay', 'work_mem', 'shared_preload_libraries')
                     ORDER BY name"""
-            ).fetchall())
+                ).fetchall()
+            )
     except Exception as exc:  # reported, not fatal
         info["postgresql_error"] = str(exc)
     return info
@@ -103,12 +129,17 @@ class Runner:
         try:
             self.results[name] = func()
         except Exception as exc:
-            self.results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
+            self.results[name] = {
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-4000:],
+            }
             log(f"  ERROR: {type(exc).__name__}: {exc}")
         elapsed = time.monotonic() - started
         cpu_after = psutil.cpu_times()
-        busy = sum(getattr(cpu_after, f) - getattr(cpu_before, f)
-                   for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+        busy = sum(
+            getattr(cpu_after, f) - getattr(cpu_before, f)
+            for f in ("user", "nice", "system", "irq", "softirq", "steal")
+        )
         self.noise[name] = {
             "seconds": round(elapsed, 1),
             "machine_cpu_busy_percent": round(100 * busy / max(elapsed * psutil.cpu_count(), 1e-9), 1),
@@ -130,19 +161,46 @@ class Runner:
                 log(f"  ceiling with {slots} connections: {c['per_second']} claim+finish/s")
                 ceilings.append(c)
             if do_throughput:
-                r = throughput.measure(self.url, self.args.database, self.workdir, processes=processes,
-                                       count=p["throughput_jobs"], concurrency=CONCURRENCY,
-                                       poll_seconds=THROUGHPUT_POLL_SECONDS, log=log)
+                r = throughput.measure(
+                    self.url,
+                    self.args.database,
+                    self.workdir,
+                    processes=processes,
+                    count=p["throughput_jobs"],
+                    concurrency=CONCURRENCY,
+                    poll_seconds=THROUGHPUT_POLL_SECONDS,
+                    log=log,
+                )
                 if do_ceiling:
                     r["ceiling_per_second"] = ceilings[-1]["per_second"]
                     r["share_of_ceiling"] = round(r["stages_per_second"] / ceilings[-1]["per_second"], 3)
                     log(f"  -> {100 * r['share_of_ceiling']:.0f} % of the ceiling")
                 runs.append(r)
+        stale = None
+        if do_throughput and p.get("stale_statistics_run"):
+            # The same headline run after ANALYZE recorded statistics of the empty queue (what
+            # autovacuum leaves when it runs on a drained queue): plans cached from then on.
+            stale = throughput.measure(
+                self.url,
+                self.args.database,
+                self.workdir,
+                processes=2,
+                count=p["throughput_jobs"],
+                concurrency=CONCURRENCY,
+                poll_seconds=THROUGHPUT_POLL_SECONDS,
+                stale_statistics=True,
+                log=log,
+            )
         if do_ceiling:
             self.results["ceiling"] = {"runs": ceilings}
         if do_throughput:
-            self.results["throughput"] = {"runs": runs, "jobs": p["throughput_jobs"], "concurrency": CONCURRENCY,
-                                          "poll_seconds": THROUGHPUT_POLL_SECONDS}
+            self.results["throughput"] = {
+                "runs": runs,
+                "jobs": p["throughput_jobs"],
+                "concurrency": CONCURRENCY,
+                "poll_seconds": THROUGHPUT_POLL_SECONDS,
+                "stale_statistics_run": stale,
+            }
 
     def run(self) -> int:
         args = self.args
@@ -152,15 +210,15 @@ class Runner:
                 raise SystemExit(f"unknown measurement {name!r}; choose from {', '.join(MEASUREMENTS)}")
         started_at = datetime.now(UTC)
         t0 = time.monotonic()
-        log(f"JetEncode benchmark ({args.profile}): {', '.join(selected)}; database {args.database} on "
-            f"{db.server_url().rsplit('@', 1)[-1]}; work dir {self.workdir}")
+        log(
+            f"JetEncode benchmark ({args.profile}): {', '.join(selected)}; database {args.database} on "
+            f"{db.server_url().rsplit('@', 1)[-1]}; work dir {self.workdir}"
+        )
         from bench import proposals
 
-        sql_proposals, read_proposals, worker_proposals = proposals.split(args.proposal)
+        proposals.build(args.proposal)  # fail before anything runs if one no longer applies
         self.url = db.create_database(args.database, log=lambda m: log("  " + m))
-        applied = proposals.apply(self.url, sql_proposals) if sql_proposals else []
-        os.environ[proposals.WORKER_ENV] = ",".join(worker_proposals)  # read by bench/stages.py in each worker
-        applied += [{"name": n, "scope": "worker", "why": proposals.WORKER_PROPOSALS[n]} for n in worker_proposals]
+        applied = proposals.apply(self.url, args.proposal) if args.proposal else []
         # Django in this process (job validation, the API/dashboard test Client) uses the bench
         # database and the same media root as the workers.
         os.environ["JETENCODE_MEDIA_ROOT"] = str(self.media_root)
@@ -170,15 +228,16 @@ class Runner:
 
         warnings.filterwarnings("ignore", message="No directory at")
         jobs.setup_django(self.url)
-        applied += proposals.apply_read(read_proposals) if read_proposals else []
         for item in applied:
             log(f"  proposal applied: {item['name']}")
         machine = machine_info(self.url)
         p = self.profile
         try:
             if "throughput" in selected or "ceiling" in selected:
-                self.step("throughput+ceiling", lambda: self.throughput_and_ceiling(
-                    "throughput" in selected, "ceiling" in selected))
+                self.step(
+                    "throughput+ceiling",
+                    lambda: self.throughput_and_ceiling("throughput" in selected, "ceiling" in selected),
+                )
                 failure = self.results.pop("throughput+ceiling", None)  # None unless it raised
                 for name in ("throughput", "ceiling"):
                     if name in selected and name not in self.results:
@@ -186,16 +245,33 @@ class Runner:
             if "claim" in selected:
                 from bench import claim_latency
 
-                self.step("claim", lambda: claim_latency.measure(self.url, p["claim_sizes"], p["claim_samples"], log=log))
+                self.step(
+                    "claim",
+                    lambda: claim_latency.measure(self.url, p["claim_sizes"], p["claim_samples"], log=log),
+                )
             if "wakeup" in selected:
                 from bench import wakeup
 
                 def wake() -> dict:
-                    out = {"notify": wakeup.measure(self.url, self.workdir, samples=p["wakeup_samples"], notify=True,
-                                                    poll_seconds=1.0, log=log)}
+                    out = {
+                        "notify": wakeup.measure(
+                            self.url,
+                            self.workdir,
+                            samples=p["wakeup_samples"],
+                            notify=True,
+                            poll_seconds=1.0,
+                            log=log,
+                        )
+                    }
                     if p["wakeup_poll_samples"]:
-                        out["polling"] = wakeup.measure(self.url, self.workdir, samples=p["wakeup_poll_samples"],
-                                                        notify=False, poll_seconds=1.0, log=log)
+                        out["polling"] = wakeup.measure(
+                            self.url,
+                            self.workdir,
+                            samples=p["wakeup_poll_samples"],
+                            notify=False,
+                            poll_seconds=1.0,
+                            log=log,
+                        )
                     return out
 
                 self.step("wakeup", wake)
@@ -206,9 +282,17 @@ class Runner:
             if "media" in selected:
                 from bench import media
 
-                self.step("media", lambda: media.measure(self.url, self.workdir, self.media_root,
-                                                         clip_seconds=p["media_clip_seconds"], pairs=p["media_pairs"],
-                                                         log=log))
+                self.step(
+                    "media",
+                    lambda: media.measure(
+                        self.url,
+                        self.workdir,
+                        self.media_root,
+                        clip_seconds=p["media_clip_seconds"],
+                        pairs=p["media_pairs"],
+                        log=log,
+                    ),
+                )
         finally:
             from django.db import connections
 
@@ -227,12 +311,20 @@ class Runner:
             "command": "python -m bench " + " ".join(sys.argv[1:]),
             "machine": machine,
             "noise": self.noise,
-            "parameters": {**p, "worker_concurrency": CONCURRENCY, "throughput_poll_seconds": THROUGHPUT_POLL_SECONDS},
+            "parameters": {
+                **p,
+                "worker_concurrency": CONCURRENCY,
+                "throughput_poll_seconds": THROUGHPUT_POLL_SECONDS,
+            },
             "proposals": applied,
             "targets": targets,
             "results": self.results,
         }
-        output = Path(args.output) if args.output else (RESULTS.with_name("with-proposals.json") if applied else RESULTS)
+        output = (
+            Path(args.output)
+            if args.output
+            else (RESULTS.with_name("with-proposals.json") if applied else RESULTS)
+        )
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print_table(report)
@@ -247,6 +339,7 @@ class Runner:
 
 
 # ---- targets and the table --------------------------------------------------------------------
+
 
 def _get(results: dict, *path):
     node = results
@@ -264,8 +357,16 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
     targets = []
 
     def add(tid, what, value, target, met, unit=""):
-        targets.append({"id": tid, "what": what, "value": value, "target": target, "unit": unit,
-                        "met": None if value is None else bool(met)})
+        targets.append(
+            {
+                "id": tid,
+                "what": what,
+                "value": value,
+                "target": target,
+                "unit": unit,
+                "met": None if value is None else bool(met),
+            }
+        )
 
     runs = _get(results, "throughput", "runs") or []
     headline = next((r for r in runs if r.get("worker_processes") == 2), runs[0] if runs else None)
@@ -274,21 +375,38 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
         value = headline.get("stages_per_second")
         add("1a", f"throughput, {label}", value, ">= 400", value is not None and value >= 400, "stages/s")
         share = headline.get("share_of_ceiling")
-        add("1b", f"throughput as share of the ceiling, {label}", share, ">= 0.60",
-            share is not None and share >= 0.60)
+        add(
+            "1b",
+            f"throughput as share of the ceiling, {label}",
+            share,
+            ">= 0.60",
+            share is not None and share >= 0.60,
+        )
     sizes = _get(results, "claim", "sizes") or {}
     if "1000" in sizes and len(sizes) > 1:
         largest = max(sizes, key=int)
         small = _get(sizes, "1000", "claim", "p99_ms")
         big = _get(sizes, largest, "claim", "p99_ms")
         ratio = round(big / small, 3) if small and big else None
-        add("3", f"claim p99 at {int(largest):,} / p99 at 1,000", ratio, "<= 2.0", ratio is not None and ratio <= 2.0)
+        add(
+            "3",
+            f"claim p99 at {int(largest):,} / p99 at 1,000",
+            ratio,
+            "<= 2.0",
+            ratio is not None and ratio <= 2.0,
+        )
     wake = _get(results, "wakeup", "notify", "enqueue_to_handler_start", "p50_ms")
     if wake is not None:
         add("4", "idle wake-up p50 with notifications", wake, "< 50", wake < 50, "ms")
     for name, e in (_get(results, "web", "endpoints") or {}).items():
-        add("5", f"{name} p50 ({_get(results, 'web', 'jobs'):,} jobs)", e.get("p50_ms"), "< 100",
-            e.get("p50_ms") is not None and e["p50_ms"] < 100, "ms")
+        add(
+            "5",
+            f"{name} p50 ({_get(results, 'web', 'jobs'):,} jobs)",
+            e.get("p50_ms"),
+            "< 100",
+            e.get("p50_ms") is not None and e["p50_ms"] < 100,
+            "ms",
+        )
     ratio = _get(results, "media", "ratio_median")
     if ratio is not None:
         add("6", "media: system / direct FFmpeg", ratio, "<= 1.05", ratio <= 1.05)
@@ -312,37 +430,83 @@ def print_table(report: dict) -> None:
         label = f"(1) throughput {run['worker_processes']}x{CONCURRENCY}" if run else ""
         if run:
             cpu = run.get("cpu_ms_per_stage") or {}
-            rows.append((label, f"{_fmt(run.get('stages_per_second'))} stages/s",
-                         f"{run.get('stages_completed')} stages in {_fmt(run.get('span_seconds'), 2)} s; "
-                         f"CPU {_fmt(cpu.get('total'), 2)} ms/stage (workers {_fmt(cpu.get('workers'), 2)}, "
-                         f"PostgreSQL {_fmt(cpu.get('postgres_backends'), 2)})"))
+            rows.append(
+                (
+                    label,
+                    f"{_fmt(run.get('stages_per_second'))} stages/s",
+                    f"{run.get('stages_completed')} stages in {_fmt(run.get('span_seconds'), 2)} s; "
+                    f"CPU {_fmt(cpu.get('total'), 2)} ms/stage (workers {_fmt(cpu.get('workers'), 2)}, "
+                    f"PostgreSQL {_fmt(cpu.get('postgres_backends'), 2)})",
+                )
+            )
         if ceiling:
-            share = f"scheduler = {100 * run['share_of_ceiling']:.0f} %; " if run and run.get("share_of_ceiling") else ""
+            share = (
+                f"scheduler = {100 * run['share_of_ceiling']:.0f} %; "
+                if run and run.get("share_of_ceiling")
+                else ""
+            )
             per = (ceiling.get("cpu_ms_per_cycle") or {}).get("total")
-            rows.append((f"(2) ceiling, {ceiling['connections']} connections", f"{_fmt(ceiling['per_second'])} /s",
-                         f"{share}raw loop CPU {_fmt(per, 2)} ms/cycle"))
+            rows.append(
+                (
+                    f"(2) ceiling, {ceiling['connections']} connections",
+                    f"{_fmt(ceiling['per_second'])} /s",
+                    f"{share}raw loop CPU {_fmt(per, 2)} ms/cycle",
+                )
+            )
     for size, data in (_get(results, "claim", "sizes") or {}).items():
         c, f = data.get("claim", {}), data.get("finish", {})
-        rows.append((f"(3) claim, {int(size):,} pending", f"p50 {_fmt(c.get('p50_ms'), 2)} / p99 {_fmt(c.get('p99_ms'), 2)} ms",
-                     f"finish p50 {_fmt(f.get('p50_ms'), 2)} / p99 {_fmt(f.get('p99_ms'), 2)} ms"))
+        rows.append(
+            (
+                f"(3) claim, {int(size):,} pending",
+                f"p50 {_fmt(c.get('p50_ms'), 2)} / p99 {_fmt(c.get('p99_ms'), 2)} ms",
+                f"finish p50 {_fmt(f.get('p50_ms'), 2)} / p99 {_fmt(f.get('p99_ms'), 2)} ms",
+            )
+        )
+    stale = _get(results, "throughput", "stale_statistics_run")
+    if stale:
+        seq = sum(v.get("seq_scans_per_stage", 0) for v in (stale.get("sequential_scans") or {}).values())
+        rows.append(
+            (
+                f"(1) throughput {stale['worker_processes']}x{CONCURRENCY}, empty-queue statistics",
+                f"{_fmt(stale.get('stages_per_second'))} stages/s",
+                f"{seq:.1f} sequential scans/stage; CPU {_fmt((stale.get('cpu_ms_per_stage') or {}).get('total'), 2)} ms/stage",
+            )
+        )
     costs = _get(results, "claim", "op_costs", "synchronous_commit=on")
     if costs and "stage_total" in costs:
-        parts = ", ".join(f"{k.replace('_v1', '')} {v['cpu_ms']:.1f}" for k, v in costs.items() if k != "stage_total")
+        parts = ", ".join(
+            f"{k.replace('_v1', '')} {v['cpu_ms']:.1f}" for k, v in costs.items() if k != "stage_total"
+        )
         rows.append(("(3) PostgreSQL CPU per noop stage", f"{costs['stage_total']['cpu_ms']:.1f} ms", parts))
     for key, label in (("notify", "notifications"), ("polling", "polling only, 1 s")):
         w = _get(results, "wakeup", key)
         if w:
             h, d = w["enqueue_to_handler_start"], w["created_to_claim_started_db"]
-            rows.append((f"(4) wake-up, {label}", f"p50 {_fmt(h.get('p50_ms'))} / p99 {_fmt(h.get('p99_ms'))} ms",
-                         f"claim began p50 {_fmt(d.get('p50_ms'))} / p99 {_fmt(d.get('p99_ms'))} ms"))
+            rows.append(
+                (
+                    f"(4) wake-up, {label}",
+                    f"p50 {_fmt(h.get('p50_ms'))} / p99 {_fmt(h.get('p99_ms'))} ms",
+                    f"claim began p50 {_fmt(d.get('p50_ms'))} / p99 {_fmt(d.get('p99_ms'))} ms",
+                )
+            )
     for name, e in (_get(results, "web", "endpoints") or {}).items():
-        rows.append((f"(5) {name}", f"p50 {_fmt(e.get('p50_ms'))} / p99 {_fmt(e.get('p99_ms'))} ms",
-                     f"{_fmt(e.get('response_bytes'))} bytes, {_fmt(_get(results, 'web', 'jobs'))} jobs"))
+        rows.append(
+            (
+                f"(5) {name}",
+                f"p50 {_fmt(e.get('p50_ms'))} / p99 {_fmt(e.get('p99_ms'))} ms",
+                f"{_fmt(e.get('response_bytes'))} bytes, {_fmt(_get(results, 'web', 'jobs'))} jobs",
+            )
+        )
     m = results.get("media") or {}
     if m.get("ratio_median") is not None:
-        rows.append(("(6) media reencode_streaming", f"{m['ratio_median']:.3f} x direct",
-                     f"system {_fmt(m.get('system_median_seconds'), 2)} s, direct {_fmt(m.get('direct_median_seconds'), 2)} s; "
-                     f"CPU {_fmt(m.get('cpu_ratio_median'), 3)} x; outside encode {_fmt(m.get('outside_encode_stage_median_seconds'), 2)} s"))
+        rows.append(
+            (
+                "(6) media reencode_streaming",
+                f"{m['ratio_median']:.3f} x direct",
+                f"system {_fmt(m.get('system_median_seconds'), 2)} s, direct {_fmt(m.get('direct_median_seconds'), 2)} s; "
+                f"CPU {_fmt(m.get('cpu_ratio_median'), 3)} x; outside encode {_fmt(m.get('outside_encode_stage_median_seconds'), 2)} s",
+            )
+        )
     for name, data in results.items():
         if isinstance(data, dict) and "error" in data:
             rows.append((name, "ERROR", data["error"][:70]))
@@ -354,7 +518,9 @@ def print_table(report: dict) -> None:
     for t in report["targets"]:
         mark = {True: "pass", False: "MISS", None: "n/a"}[t["met"]]
         value = _fmt(t["value"], 3 if isinstance(t["value"], float) and t["value"] < 10 else 1)
-        print(f"  [{mark}] ({t['id']}) {t['what']}: {value} {t['unit']} (target {t['target']} {t['unit']})".rstrip())
+        print(
+            f"  [{mark}] ({t['id']}) {t['what']}: {value} {t['unit']} (target {t['target']} {t['unit']})".rstrip()
+        )
 
 
 def _pairs(results: dict):
@@ -374,20 +540,43 @@ def _pairs(results: dict):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="profile", action="store_const", const="quick",
-                      help="smaller sizes (500 jobs, no 1M claim queue, fewer samples): about 5 minutes")
-    mode.add_argument("--smoke", dest="profile", action="store_const", const="smoke",
-                      help="tiny sizes, to check that the suite works (the test suite uses it)")
+    mode.add_argument(
+        "--quick",
+        dest="profile",
+        action="store_const",
+        const="quick",
+        help="smaller sizes (500 jobs, no 1M claim queue, fewer samples): about 5 minutes",
+    )
+    mode.add_argument(
+        "--smoke",
+        dest="profile",
+        action="store_const",
+        const="smoke",
+        help="tiny sizes, to check that the suite works (the test suite uses it)",
+    )
     parser.set_defaults(profile="full")
-    parser.add_argument("--only", nargs="+", metavar="NAME", help=f"run only these: {', '.join(MEASUREMENTS)}")
+    parser.add_argument(
+        "--only", nargs="+", metavar="NAME", help=f"run only these: {', '.join(MEASUREMENTS)}"
+    )
     parser.add_argument("--jobs", type=int, help="noop jobs per throughput run (default 5000; --quick 500)")
-    parser.add_argument("--database", default=db.DEFAULT_DATABASE,
-                        help="name of the database to create (dropped first if it exists; default jetencode_bench)")
-    parser.add_argument("--output", help=f"where to write the JSON (default {RESULTS.relative_to(db.ROOT)}; "
-                                         "with-proposals.json beside it when --proposal is given)")
-    parser.add_argument("--proposal", action="append", default=[], metavar="NAME",
-                        help="measure with a proposed scheduler/read-side change applied to the bench database or "
-                             "process only (see bench/proposals.py); repeatable")
+    parser.add_argument(
+        "--database",
+        default=db.DEFAULT_DATABASE,
+        help="name of the database to create (dropped first if it exists; default jetencode_bench)",
+    )
+    parser.add_argument(
+        "--output",
+        help=f"where to write the JSON (default {RESULTS.relative_to(db.ROOT)}; "
+        "with-proposals.json beside it when --proposal is given)",
+    )
+    parser.add_argument(
+        "--proposal",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="measure with a proposed scheduler change applied to the bench database only "
+        "(see bench/proposals.py and docs/benchmarks.md); repeatable",
+    )
     parser.add_argument("--keep-database", action="store_true", help="do not drop the database at the end")
     parser.add_argument("--keep-workdir", action="store_true", help="keep worker logs and media files")
     args = parser.parse_args(argv)

@@ -4,7 +4,14 @@ For each worker count: empty queue, start the workers (`manage.py runworker --co
 let them finish a few warm-up jobs; then a producer enqueues the measured jobs (10 per transaction,
 the API's enqueue function) while the workers drain them. Throughput is completed
 stages / (last finish - first enqueue), both PostgreSQL timestamps; a `noop` job without children
-is one stage (its dispatch), which the worker claims, reports progress on, and finishes.
+is one stage (its dispatch), which the worker claims, runs and finishes.
+
+The queue tables start "never analyzed" (as on a fresh install). With `stale_statistics` they start
+with statistics of the empty tables instead (ANALYZE of an empty queue, which is what autovacuum
+records on a queue that was drained when it ran): the plans the workers' sessions cache then
+believe the tables are tiny, and the run shows what that costs while the queue fills up.
+Sequential scans per stage (pg_stat_user_tables) and claim-index entries read per stage
+(pg_stat_user_indexes) are recorded for every run.
 """
 
 from __future__ import annotations
@@ -21,25 +28,50 @@ PAYLOAD = {"type": "noop", "params": {"seconds": 0}}
 # horizon, so the entries that claims leave dead at the head of the claim index cannot be killed
 # and every claim re-reads them (100 per statement doubled the claim's CPU on this machine).
 PRODUCER_BATCH = 10
-INDEXES = ("schedule_claim_media", "task_runnable_in_job", "task_running_by_session", "task_running_lease",
-           "job_schedule_pkey", "queue_tasks_pkey")
+INDEXES = (
+    "schedule_claim_media",
+    "task_runnable_in_job",
+    "task_running_by_session",
+    "task_running_lease",
+    "job_schedule_pkey",
+    "queue_tasks_pkey",
+)
+
+
+TABLES = ("jobs", "job_schedule", "queue_tasks", "queue_workers", "queue_fence_audit")
 
 
 def index_stats(conn) -> dict:
-    """Cumulative scans and entries read per index of the claim path (pg_stat_user_indexes)."""
+    """Cumulative scans and entries read per index of the claim path (pg_stat_user_indexes), and
+    sequential scans and the rows they read per queue table (pg_stat_user_tables)."""
     rows = conn.execute(
         "SELECT indexrelname, idx_scan, idx_tup_read, idx_tup_fetch FROM pg_stat_user_indexes WHERE indexrelname = ANY (%s)",
         [list(INDEXES)],
     ).fetchall()
+    rows += conn.execute(
+        "SELECT 'seq:' || relname, seq_scan, seq_tup_read, 0 FROM pg_stat_user_tables WHERE relname = ANY (%s)",
+        [list(TABLES)],
+    ).fetchall()
     return {name: (scans, read, fetched) for name, scans, read, fetched in rows}
 
 
-def measure(url: str, database: str, workdir, *, processes: int, count: int, concurrency: int = 4,
-            poll_seconds: float = 0.1, batch: int = PRODUCER_BATCH, log=print) -> dict:
+def measure(
+    url: str,
+    database: str,
+    workdir,
+    *,
+    processes: int,
+    count: int,
+    concurrency: int = 4,
+    poll_seconds: float = 0.1,
+    batch: int = PRODUCER_BATCH,
+    stale_statistics: bool = False,
+    log=print,
+) -> dict:
     args = jobs.job_args(PAYLOAD)
     release = threading.Event()  # the producer keeps its connection until its CPU time is read
     with db.connect(url) as conn:
-        db.reset_queue(conn)
+        db.reset_queue(conn, analyze_empty=stale_statistics)
         pool = WorkerPool(url, workdir, processes, concurrency=concurrency, poll_seconds=poll_seconds)
         pool.start()
         try:
@@ -68,8 +100,12 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
             thread = threading.Thread(target=produce, name="producer", daemon=True)
             thread.start()
             finished = jobs.wait_for(
-                conn, "SELECT count(*) FROM jobs WHERE created_at > %s AND status IN ('completed', 'failed', 'cancelled')",
-                [mark], count, timeout=120 + count / 10, poll=0.05,
+                conn,
+                "SELECT count(*) FROM jobs WHERE created_at > %s AND status IN ('completed', 'failed', 'cancelled')",
+                [mark],
+                count,
+                timeout=120 + count / 10,
+                poll=0.05,
             )
             wall = time.perf_counter() - started
             cpu = meter.stop()
@@ -106,13 +142,22 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
         time.sleep(0.5)  # exited backends have flushed their statistics
         indexes_after = index_stats(conn)
     stages, not_completed, span, workers_used = row
-    index_use = {}
+    index_use, seq_scans = {}, {}
     for name, (scans, read, fetched) in indexes_after.items():
         b = indexes_before.get(name, (0, 0, 0))
-        if stages:
-            index_use[name] = {"scans_per_stage": round((scans - b[0]) / stages, 2),
-                               "entries_read_per_stage": round((read - b[1]) / stages, 1),
-                               "heap_fetches_per_stage": round((fetched - b[2]) / stages, 1)}
+        if not stages:
+            continue
+        if name.startswith("seq:"):
+            seq_scans[name[4:]] = {
+                "seq_scans_per_stage": round((scans - b[0]) / stages, 2),
+                "rows_read_per_stage": round((read - b[1]) / stages, 1),
+            }
+        else:
+            index_use[name] = {
+                "scans_per_stage": round((scans - b[0]) / stages, 2),
+                "entries_read_per_stage": round((read - b[1]) / stages, 1),
+                "heap_fetches_per_stage": round((fetched - b[2]) / stages, 1),
+            }
     span = float(span or wall)
     result = {
         "worker_processes": processes,
@@ -126,11 +171,13 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
         "wall_seconds": round(wall, 3),
         "enqueue_seconds": round(enqueue_seconds[0], 3),
         "producer_batch": batch,
+        "stale_statistics": stale_statistics,
         "stages_per_second": round(stages / span, 1) if span > 0 else None,
         "stages_per_second_by_fifth": [round(float(rate), 1) for _, rate in fifths],
         "cpu": cpu,
         "worker_backends": activity,
         "index_use": index_use,
+        "sequential_scans": seq_scans,
     }
     if stages:
         per_stage = (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / stages
@@ -140,8 +187,13 @@ def measure(url: str, database: str, workdir, *, processes: int, count: int, con
             "total": round(1000 * per_stage, 3),
         }
         # What the machine's cores would allow if this run had had them to itself.
-        result["cpu_bound_stages_per_second"] = round(cpu["machine_cpus"] / per_stage, 1) if per_stage else None
-    log(f"  throughput {processes}x{concurrency}: {result['stages_per_second']} stages/s "
+        result["cpu_bound_stages_per_second"] = (
+            round(cpu["machine_cpus"] / per_stage, 1) if per_stage else None
+        )
+    label = " with statistics of the empty queue" if stale_statistics else ""
+    log(
+        f"  throughput {processes}x{concurrency}{label}: {result['stages_per_second']} stages/s "
         f"({stages} stages in {span:.2f}s; machine busy {cpu['machine_busy_cpu_seconds']:.1f} CPU-s of "
-        f"{cpu['wall_seconds'] * cpu['machine_cpus']:.1f})")
+        f"{cpu['wall_seconds'] * cpu['machine_cpus']:.1f})"
+    )
     return result

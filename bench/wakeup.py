@@ -27,8 +27,9 @@ def measure(url: str, workdir, *, samples: int, notify: bool, poll_seconds: floa
     database: list[float] = []
     with db.connect(url) as conn:
         db.reset_queue(conn)
-        pool = WorkerPool(url, workdir, 1, concurrency=4, poll_seconds=poll_seconds, notify=notify,
-                          uid_prefix="bench-wake")
+        pool = WorkerPool(
+            url, workdir, 1, concurrency=4, poll_seconds=poll_seconds, notify=notify, uid_prefix="bench-wake"
+        )
         pool.start()
         try:
             time.sleep(1.0)
@@ -64,5 +65,7 @@ def measure(url: str, workdir, *, samples: int, notify: bool, poll_seconds: floa
         "created_to_claim_started_db": summary_ms(database),
     }
     h = result["enqueue_to_handler_start"]
-    log(f"  wake-up ({'notify' if notify else 'polling only'}): p50 {h.get('p50_ms')} ms, p99 {h.get('p99_ms')} ms")
+    log(
+        f"  wake-up ({'notify' if notify else 'polling only'}): p50 {h.get('p50_ms')} ms, p99 {h.get('p99_ms')} ms"
+    )
     return result

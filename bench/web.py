@@ -31,7 +31,7 @@ def measure(url: str, jobs_count: int, samples: int, log=print) -> dict:
     from jetencode.models import ApiToken
 
     with db.connect(url) as conn:
-        db.reset_queue(conn, vacuum=False)
+        db.reset_queue(conn)
         started = time.monotonic()
         db.bulk_history(conn, jobs_count)
         for i in range(10):
@@ -39,20 +39,29 @@ def measure(url: str, jobs_count: int, samples: int, log=print) -> dict:
         db.analyze(conn)
         fill = time.monotonic() - started
         total = db.scalar(conn, "SELECT count(*) FROM jobs")
-        unfinished = db.scalar(conn, "SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'cancelled')")
+        unfinished = db.scalar(
+            conn, "SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'cancelled')"
+        )
 
     user_model = get_user_model()
     user = user_model.objects.filter(username="bench-admin").first()
     if user is None:
-        user = user_model.objects.create_superuser("bench-admin", "bench@example.invalid", "bench-password-not-secret")
+        user = user_model.objects.create_superuser(
+            "bench-admin", "bench@example.invalid", "bench-password-not-secret"
+        )
     _, raw = ApiToken.issue(user, "read", name="benchmark")
     token_client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
     session_client = Client()
     session_client.force_login(user)
 
-    out: dict = {"jobs": total, "unfinished_jobs": unfinished, "fill_seconds": round(fill, 1),
-                 "samples": samples, "transport": "django.test.Client (in-process, no HTTP server)",
-                 "endpoints": {}}
+    out: dict = {
+        "jobs": total,
+        "unfinished_jobs": unfinished,
+        "fill_seconds": round(fill, 1),
+        "samples": samples,
+        "transport": "django.test.Client (in-process, no HTTP server)",
+        "endpoints": {},
+    }
     for name, path, auth in ENDPOINTS:
         client = token_client if auth == "token" else session_client
         times = []

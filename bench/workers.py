@@ -62,9 +62,22 @@ class WorkerPool:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "wb") as log_file:
                 proc = subprocess.Popen(
-                    [sys.executable, str(ROOT / "manage.py"), "runworker", "--uid", uid,
-                     "--concurrency", str(self.concurrency), "--workspace", str(self.workdir / "workspace" / uid)],
-                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                    [
+                        sys.executable,
+                        str(ROOT / "manage.py"),
+                        "runworker",
+                        "--uid",
+                        uid,
+                        "--concurrency",
+                        str(self.concurrency),
+                        "--workspace",
+                        str(self.workdir / "workspace" / uid),
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
             self.procs.append(proc)
@@ -80,7 +93,9 @@ class WorkerPool:
             while True:
                 for proc, log_path in zip(self.procs, self.logs, strict=True):
                     if proc.poll() is not None:
-                        raise RuntimeError(f"worker exited with {proc.returncode} during start-up:\n{tail(log_path)}")
+                        raise RuntimeError(
+                            f"worker exited with {proc.returncode} during start-up:\n{tail(log_path)}"
+                        )
                 ready = db.scalar(
                     conn,
                     """SELECT count(*) FROM pg_stat_activity
@@ -90,7 +105,8 @@ class WorkerPool:
                     ["jetencode-worker %", self.uids],
                 )
                 registered = db.scalar(
-                    conn, "SELECT count(*) FROM queue_workers WHERE uid = ANY (%s) AND lifecycle = 'active'",
+                    conn,
+                    "SELECT count(*) FROM queue_workers WHERE uid = ANY (%s) AND lifecycle = 'active'",
                     [self.uids],
                 )
                 if ready >= wanted and registered == self.processes:
@@ -140,8 +156,10 @@ def tail(path: Path, chars: int = 3000) -> str:
 
 class CpuMeter:
     """CPU seconds spent between start() and stop() by: the given worker processes (with their
-    children), the PostgreSQL backends of the bench database, and the whole machine (to show how
-    busy it was with other work: this machine is shared with other test runs)."""
+    children), the PostgreSQL backends of the bench database, the autovacuum workers vacuuming it
+    (seen only while they run: a worker that started and exited between the two samples is missed),
+    and the whole machine (to show how busy it was with other work: it is shared with other test
+    runs)."""
 
     def __init__(self, database: str, worker_pids: list[int]):
         self.database = database
@@ -161,15 +179,21 @@ class CpuMeter:
             except psutil.Error:
                 continue
         backends: dict[int, float] = {}
+        autovacuum: dict[int, float] = {}
         for p in psutil.process_iter(["name", "cmdline"]):
             try:
                 cmd = " ".join(p.info["cmdline"] or [])
-                if cmd.startswith("postgres:") and f" {self.database} " in cmd:
+                if not cmd.startswith("postgres:"):
+                    continue
+                if "autovacuum worker" in cmd and cmd.rstrip().endswith(f" {self.database}"):
+                    t = p.cpu_times()
+                    autovacuum[p.pid] = t.user + t.system
+                elif f" {self.database} " in cmd:
                     t = p.cpu_times()
                     backends[p.pid] = t.user + t.system
             except psutil.Error:
                 continue
-        return {"workers": workers, "backends": backends}
+        return {"workers": workers, "backends": backends, "autovacuum": autovacuum}
 
     def start(self) -> CpuMeter:
         self._start = self._sample()
@@ -182,7 +206,7 @@ class CpuMeter:
         machine_end = psutil.cpu_times()
         wall = time.monotonic() - self._wall
         out = {}
-        for key in ("workers", "backends"):
+        for key in ("workers", "backends", "autovacuum"):
             before = self._start.get(key, {})
             out[f"{key}_cpu_seconds"] = round(sum(v - before.get(pid, 0.0) for pid, v in end[key].items()), 2)
         busy = sum(
@@ -192,5 +216,7 @@ class CpuMeter:
         out["machine_busy_cpu_seconds"] = round(busy, 2)
         out["machine_cpus"] = psutil.cpu_count()
         out["wall_seconds"] = round(wall, 2)
-        out["other_cpu_seconds"] = round(busy - out["workers_cpu_seconds"] - out["backends_cpu_seconds"], 2)
+        out["other_cpu_seconds"] = round(
+            busy - out["workers_cpu_seconds"] - out["backends_cpu_seconds"] - out["autovacuum_cpu_seconds"], 2
+        )
         return out
