@@ -34,25 +34,12 @@ def job_args(payload: dict, *, notify: bool = True) -> list:
     from django.conf import settings
 
     from jetencode import services
+    from scheduler import repository
 
     job = services.build_new_job(payload)
-    return [
-        job.job_type,
-        json.dumps(job.params),
-        job.priority,
-        job.max_attempts,
-        job.webhook_url,
-        job.required_worker_uid,
-        job.hardware,
-        job.resource_category,
-        job.vram_mb,
-        job.required_category,
-        job.required_vram_mb,
-        job.timeout_seconds,
-        job.created_by,
-        settings.JETENCODE["STALE_WORKER_SECONDS"],
-        notify,
-    ]
+    return repository.enqueue_arguments(
+        job, stale_seconds=settings.JETENCODE["STALE_WORKER_SECONDS"], notify=notify
+    )
 
 
 def raw_args(job_type: str, params: dict, *, priority: int = 0, notify: bool = True) -> list:

@@ -114,28 +114,33 @@ class NewJob:
     created_by: int | None = None
 
 
+ENQUEUE_SQL = "SELECT enqueue_job_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+def enqueue_arguments(job: NewJob, *, stale_seconds: float, notify: bool = True) -> list:
+    """enqueue_job_v1's arguments for a job, in order (the benchmarks send them in bulk)."""
+    return [
+        job.job_type,
+        json.dumps(job.params),
+        job.priority,
+        job.max_attempts,
+        job.webhook_url,
+        job.required_worker_uid,
+        job.hardware,
+        job.resource_category,
+        job.vram_mb,
+        job.required_category,
+        job.required_vram_mb,
+        job.timeout_seconds,
+        job.created_by,
+        stale_seconds,
+        notify,
+    ]
+
+
 def enqueue_job(job: NewJob, *, stale_seconds: float, notify: bool = True) -> uuid.UUID:
     """Insert the job, its schedule and its dispatch task in one transaction; NOTIFY the workers."""
-    rows = _control(
-        "SELECT enqueue_job_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [
-            job.job_type,
-            json.dumps(job.params),
-            job.priority,
-            job.max_attempts,
-            job.webhook_url,
-            job.required_worker_uid,
-            job.hardware,
-            job.resource_category,
-            job.vram_mb,
-            job.required_category,
-            job.required_vram_mb,
-            job.timeout_seconds,
-            job.created_by,
-            stale_seconds,
-            notify,
-        ],
-    )
+    rows = _control(ENQUEUE_SQL, enqueue_arguments(job, stale_seconds=stale_seconds, notify=notify))
     return rows[0][0]
 
 
