@@ -453,15 +453,6 @@ def print_table(report: dict) -> None:
                     f"{share}raw loop CPU {_fmt(per, 2)} ms/cycle",
                 )
             )
-    for size, data in (_get(results, "claim", "sizes") or {}).items():
-        c, f = data.get("claim", {}), data.get("finish", {})
-        rows.append(
-            (
-                f"(3) claim, {int(size):,} pending",
-                f"p50 {_fmt(c.get('p50_ms'), 2)} / p99 {_fmt(c.get('p99_ms'), 2)} ms",
-                f"finish p50 {_fmt(f.get('p50_ms'), 2)} / p99 {_fmt(f.get('p99_ms'), 2)} ms",
-            )
-        )
     stale = _get(results, "throughput", "stale_statistics_run")
     if stale:
         seq = sum(v.get("seq_scans_per_stage", 0) for v in (stale.get("sequential_scans") or {}).values())
@@ -470,6 +461,15 @@ def print_table(report: dict) -> None:
                 f"(1) throughput {stale['worker_processes']}x{CONCURRENCY}, empty-queue statistics",
                 f"{_fmt(stale.get('stages_per_second'))} stages/s",
                 f"{seq:.1f} sequential scans/stage; CPU {_fmt((stale.get('cpu_ms_per_stage') or {}).get('total'), 2)} ms/stage",
+            )
+        )
+    for size, data in (_get(results, "claim", "sizes") or {}).items():
+        c, f = data.get("claim", {}), data.get("finish", {})
+        rows.append(
+            (
+                f"(3) claim, {int(size):,} pending",
+                f"p50 {_fmt(c.get('p50_ms'), 2)} / p99 {_fmt(c.get('p99_ms'), 2)} ms",
+                f"finish p50 {_fmt(f.get('p50_ms'), 2)} / p99 {_fmt(f.get('p99_ms'), 2)} ms",
             )
         )
     costs = _get(results, "claim", "op_costs", "synchronous_commit=on")
