@@ -98,12 +98,16 @@ class JobSchedule(models.Model):
 
 class QueueTask(models.Model):
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks", db_constraint=True)
+    # No single-column indexes on the two foreign keys: task_job_state and task_dedupe_once start with
+    # job_id, task_parent covers parent_task_id, and every index costs each task write (~3 per stage).
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="tasks", db_constraint=True, db_index=False
+    )
     execution_id = models.IntegerField()
     task_type = models.TextField()
     payload = models.JSONField(default=dict)
     parent_task = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+        "self", null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False, db_index=False
     )
     dedupe_key = models.TextField()
     wait_for_siblings = models.BooleanField(default=False)

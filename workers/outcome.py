@@ -171,6 +171,11 @@ class Outcome:
             ]
 
             def finish_and_publish() -> repository.FenceResult:
+                if not prepared:
+                    # Nothing to move into place: finish_task_v1 is one statement, atomic on its
+                    # own, so autocommit saves the BEGIN and COMMIT round trips (and the job's row
+                    # locks are not held while they travel).
+                    return repository.finish(lease, result, ctx.children, outputs)
                 with transaction.atomic():
                     outcome = repository.finish(lease, result, ctx.children, outputs)
                     if outcome.outcome == "completed":

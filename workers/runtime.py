@@ -553,7 +553,6 @@ class Worker:
             result, error, tb, ctx = None, None, "", None
             try:
                 workspace = self.workspace_root / str(task.job_id) / str(task.execution_id)
-                workspace.mkdir(parents=True, exist_ok=True)
                 ctx = RunContext(self, run, workspace)
                 handler = HANDLERS.get(task.task_type)
                 if handler is None:

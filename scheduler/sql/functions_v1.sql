@@ -7,6 +7,12 @@
 -- controls) -> job_schedule row -> queue_tasks rows. Heartbeats and finishes skip the scheduler row.
 -- Every time is PostgreSQL's now(); the application clock is never trusted.
 --
+-- The write path (enqueue, claim, progress, heartbeat, finish, fail, release, refresh) runs with
+-- `SET enable_seqscan = off`: PL/pgSQL plans its statements once per session and keeps them, and a
+-- plan made while the queue's statistics say it is empty (a fresh queue after ANALYZE, or one
+-- autovacuum analyzed while drained) turns every primary-key lookup into a sequential scan until
+-- the next ANALYZE (~20 whole-table scans per stage, measured in docs/benchmarks.md).
+--
 -- Errors raised for the repository to map:
 --   JE404  the job does not exist            JE409  the action does not apply in the job's state
 --   JE410  the worker session was replaced   JE422  invalid argument (message names the field)
@@ -20,9 +26,11 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Children and webhooks are deduplicated by SHA-256(task type, 0x1f, canonical payload).
--- jsonb's text form is canonical (keys sorted, whitespace normalised).
+-- jsonb's text form is canonical (keys sorted, whitespace normalised). STABLE, like convert_to: a
+-- SQL function is inlined into its caller's plan only if it is no less volatile than its body;
+-- declared IMMUTABLE it was called out of line and planned afresh on every insert.
 CREATE OR REPLACE FUNCTION dedupe_key_v1(p_type text, p_payload jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
   SELECT encode(sha256(convert_to(p_type, 'UTF8') || '\x1f'::bytea || convert_to(p_payload::text, 'UTF8')), 'hex')
 $$;
 
@@ -33,13 +41,19 @@ $$;
 
 -- Append-only audit of fenced writes (accepted completions, failures, releases, publications,
 -- recoveries; every rejection).
+--
+-- Write-path helpers are PL/pgSQL, not SQL: a SQL function that cannot be inlined (an INSERT or
+-- UPDATE can't) is parsed and planned again on every call, while PL/pgSQL keeps its plans for the
+-- session. On a noop stage that was ~1 ms of PostgreSQL CPU out of ~4.
 CREATE OR REPLACE FUNCTION audit_v1(p_task queue_tasks, p_operation text, p_accepted boolean, p_reason text,
                                     p_token uuid, p_worker text, p_session uuid) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
   INSERT INTO queue_fence_audit (at, task_id, job_id, operation, accepted, reason, lease_token, worker_uid,
                                  session_id, attempt, execution_id)
   VALUES (now(), p_task.id, p_task.job_id, p_operation, p_accepted, coalesce(p_reason, ''), p_token, p_worker,
-          p_session, p_task.attempt, p_task.execution_id)
+          p_session, p_task.attempt, p_task.execution_id);
+END
 $$;
 
 -- The fence: NULL when the caller still owns the task, else the first condition that fails.
@@ -66,7 +80,9 @@ $$;
 -- enters a terminal status. Called by every transition, after it has locked the job_schedule row.
 -- Cluster-placement tasks (webhooks) never influence the job's status.
 CREATE OR REPLACE FUNCTION refresh_job_v1(p_job uuid, p_log text DEFAULT NULL) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   s job_schedule%ROWTYPE;
   j record;
@@ -161,14 +177,18 @@ BEGIN
 END
 $$;
 
+-- A job execution starts with one dispatch task: media pool, cpu category, no VRAM, available now
+-- (enqueue_job_v1 writes the job's derived columns from exactly these facts).
 CREATE OR REPLACE FUNCTION insert_dispatch_v1(p_job uuid, p_execution int, p_type text, p_max_attempts int,
                                               p_timeout float) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
   INSERT INTO queue_tasks (job_id, execution_id, task_type, payload, dedupe_key, wait_for_siblings, placement,
                            pool, resource_category, vram_mb, state, available_at, attempt, max_attempts,
                            timeout_seconds, progress, progress_detail, created_at)
   VALUES (p_job, p_execution, p_type, '{}', dedupe_key_v1('dispatch', jsonb_build_object('execution', p_execution)),
-          false, 'dispatch', 'media', 'cpu', 0, 'pending', now(), 0, p_max_attempts, p_timeout, 0, '{}', now())
+          false, 'dispatch', 'media', 'cpu', 0, 'pending', now(), 0, p_max_attempts, p_timeout, 0, '{}', now());
+END
 $$;
 
 -- A worker may take targeted dispatch only while active and fresh.
@@ -191,7 +211,9 @@ CREATE OR REPLACE FUNCTION enqueue_job_v1(
   p_required_category text, p_required_vram int, p_timeout float, p_created_by int, p_stale_seconds float,
   p_notify boolean DEFAULT true
 ) RETURNS uuid
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   new_id uuid := gen_random_uuid();
   refusal text;
@@ -203,16 +225,19 @@ BEGIN
         DETAIL = refusal || ': ' || p_required_worker;
     END IF;
   END IF;
+  -- A new job has exactly one task, its pending dispatch (insert_dispatch_v1), so the columns
+  -- refresh_job_v1 derives are written directly: pending, runnable now in the cpu category.
   INSERT INTO jobs (id, type, params, status, priority, max_attempts, hardware, resource_category, vram_mb,
                     webhook_url, progress, log, manual_retry_count, created_by_id, created_at, updated_at)
   VALUES (new_id, p_type, p_params, 'pending', p_priority, p_max_attempts, p_hardware, p_category, p_vram,
-          p_webhook_url, 0, '', 0, p_created_by, now(), now());
+          p_webhook_url, 0, log_line_v1('created ' || p_type || coalesce(' for worker ' || p_required_worker, '')),
+          0, p_created_by, now(), now());
   INSERT INTO job_schedule (job_id, execution_id, priority, position, required_worker_uid, assigned_worker_uid,
-                            execution_mode, paused, required_category, required_vram_mb, updated_at)
+                            execution_mode, paused, required_category, required_vram_mb,
+                            media_runnable_at, media_categories, media_min_vram, updated_at)
   VALUES (new_id, 1, p_priority, nextval('job_position_seq') * 1024, p_required_worker, NULL, 'shared', false,
-          p_required_category, coalesce(p_required_vram, 0), now());
+          p_required_category, coalesce(p_required_vram, 0), now(), '["cpu"]', 0, now());
   PERFORM insert_dispatch_v1(new_id, 1, p_type, p_max_attempts, p_timeout);
-  PERFORM refresh_job_v1(new_id, 'created ' || p_type || coalesce(' for worker ' || p_required_worker, ''));
   IF p_notify THEN
     PERFORM pg_notify('jetencode_queue_tasks', 'media');
   END IF;
@@ -295,6 +320,7 @@ SET enable_bitmapscan = off
 -- "disabled" penalty (1e10), far above jit_above_cost: without this, every such claim spent ~1 s
 -- JIT-compiling inside the serialized section.
 SET jit = off
+SET enable_seqscan = off
 AS $$
 DECLARE
   w queue_workers%ROWTYPE;
@@ -456,7 +482,9 @@ $$;
 -- Returns one row per task asked about: accepted, and whether its job asks for cancellation.
 CREATE OR REPLACE FUNCTION heartbeat_tasks_v1(p_worker text, p_session uuid, p_tasks jsonb, p_lease_seconds float)
 RETURNS TABLE (task_id bigint, accepted boolean, cancel_requested boolean, reason text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   w queue_workers%ROWTYPE;
   renewed_ids bigint[];
@@ -509,7 +537,9 @@ $$;
 CREATE OR REPLACE FUNCTION report_progress_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                               p_progress float, p_detail jsonb, p_lines text[])
 RETURNS TABLE (accepted boolean, cancel_requested boolean, reason text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   w queue_workers%ROWTYPE;
   s job_schedule%ROWTYPE;
@@ -549,21 +579,26 @@ $$;
 
 -- Let sibling stages waiting on a parent's other children run once all of those have completed.
 CREATE OR REPLACE FUNCTION unblock_siblings_v1(p_parent bigint, p_execution int) RETURNS int
-LANGUAGE sql AS $$
-  WITH released AS (
-    UPDATE queue_tasks b SET state = 'pending', available_at = now()
-     WHERE b.parent_task_id = p_parent AND b.execution_id = p_execution AND b.state = 'blocked'
-       AND NOT EXISTS (SELECT 1 FROM queue_tasks x
-                        WHERE x.parent_task_id = p_parent AND x.execution_id = p_execution
-                          AND NOT x.wait_for_siblings AND x.state <> 'completed')
-    RETURNING 1)
-  SELECT count(*)::int FROM released
+LANGUAGE plpgsql AS $$
+DECLARE
+  released int;
+BEGIN
+  UPDATE queue_tasks b SET state = 'pending', available_at = now()
+   WHERE b.parent_task_id = p_parent AND b.execution_id = p_execution AND b.state = 'blocked'
+     AND NOT EXISTS (SELECT 1 FROM queue_tasks x
+                      WHERE x.parent_task_id = p_parent AND x.execution_id = p_execution
+                        AND NOT x.wait_for_siblings AND x.state <> 'completed');
+  GET DIAGNOSTICS released = ROW_COUNT;
+  RETURN released;
+END
 $$;
 
 -- Lock worker (share) -> job schedule -> task, and check the fence. Shared by finish/fail/release.
 CREATE OR REPLACE FUNCTION lock_for_fenced_write_v1(p_task bigint, OUT w queue_workers, OUT s job_schedule,
                                                     OUT t queue_tasks)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   job uuid;
 BEGIN
@@ -580,7 +615,9 @@ $$;
 CREATE OR REPLACE FUNCTION finish_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                           p_result jsonb, p_children jsonb, p_outputs jsonb)
 RETURNS TABLE (outcome text, reason text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   lk record;
   w queue_workers%ROWTYPE;
@@ -655,7 +692,10 @@ BEGIN
     RETURNING 1)
   SELECT count(*) INTO published FROM outs;
 
-  released := unblock_siblings_v1(t.id, t.execution_id);
+  -- A task's children are published only by its own finish, so only then can any be blocked.
+  IF inserted > 0 THEN
+    released := unblock_siblings_v1(t.id, t.execution_id);
+  END IF;
   IF t.parent_task_id IS NOT NULL THEN
     released := released + unblock_siblings_v1(t.parent_task_id, t.execution_id);
   END IF;
@@ -681,7 +721,9 @@ $$;
 CREATE OR REPLACE FUNCTION fail_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                         p_error text, p_retryable boolean)
 RETURNS TABLE (outcome text, reason text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   lk record;
   s job_schedule%ROWTYPE;
@@ -725,7 +767,9 @@ $$;
 -- Hand a task back on shutdown: pending again, without using up an attempt.
 CREATE OR REPLACE FUNCTION release_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid, p_why text)
 RETURNS TABLE (outcome text, reason text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
   lk record;
   s job_schedule%ROWTYPE;
