@@ -330,6 +330,8 @@ DECLARE
   cand record;
   s job_schedule%ROWTYPE;
   t queue_tasks%ROWTYPE;
+  left_to_run record;
+  job record;
 BEGIN
   -- 1. The worker row, and the session must be the current one.
   SELECT * INTO w FROM queue_workers q WHERE q.uid = p_worker FOR NO KEY UPDATE;
@@ -455,10 +457,7 @@ BEGIN
     RETURN;
   END IF;
 
-  -- 7. Dispatch establishes the assignment; the task gets a fresh lease. Commit returns it.
-  IF t.placement = 'dispatch' AND s.assigned_worker_uid IS NULL THEN
-    UPDATE job_schedule js SET assigned_worker_uid = p_worker WHERE js.job_id = s.job_id;
-  END IF;
+  -- 7. The task gets a fresh lease. Commit returns it.
   UPDATE queue_tasks q SET
     state = 'running', attempt = q.attempt + 1, lease_token = gen_random_uuid(),
     claimed_by = p_worker, claimed_worker_session_id = p_session, claimed_reservation_id = w.reservation_id,
@@ -467,14 +466,47 @@ BEGIN
     heartbeat_at = now(), started_at = now(), finished_at = NULL, progress = 0
   WHERE q.id = t.id
   RETURNING q.* INTO t;
-  PERFORM refresh_job_v1(t.job_id, CASE WHEN t.placement = 'cluster' THEN NULL
-    ELSE t.task_type || ' claimed by ' || p_worker || ' (attempt ' || t.attempt || '/' || t.max_attempts || ')' END);
+
+  IF t.placement = 'cluster' THEN
+    -- Cluster tasks (webhooks) never influence the job's derived columns.
+    SELECT j.type, j.params, j.hardware INTO job FROM jobs j WHERE j.id = t.job_id;
+  ELSE
+    -- 8. refresh_job_v1, specialised to what a claim changes (tests/scheduler/test_write_path.py
+    -- checks that a full refresh afterwards changes nothing). The job was runnable (the walk and
+    -- the locked re-check above saw to that: no failed stage, not paused, not cancelling), so it is
+    -- now running; its progress cannot rise (the claimed task restarts at 0); what is left to run
+    -- is its other pending tasks. Dispatch establishes the worker assignment in the same update.
+    SELECT min(q.available_at) FILTER (WHERE q.pool = 'media') AS media_at,
+           jsonb_agg(DISTINCT q.resource_category) FILTER (WHERE q.pool = 'media') AS cats,
+           min(q.vram_mb) FILTER (WHERE q.pool = 'media') AS min_vram,
+           min(q.available_at) FILTER (WHERE q.pool = 'background') AS bg_at
+      INTO left_to_run
+      FROM queue_tasks q
+     WHERE q.job_id = t.job_id AND q.execution_id = t.execution_id AND q.state IN ('pending', 'retry_wait')
+       AND q.placement <> 'cluster';
+    UPDATE job_schedule js SET
+      assigned_worker_uid = CASE WHEN t.placement = 'dispatch' THEN coalesce(js.assigned_worker_uid, p_worker)
+                                 ELSE js.assigned_worker_uid END,
+      media_runnable_at = left_to_run.media_at,
+      media_categories = CASE WHEN left_to_run.media_at IS NOT NULL THEN left_to_run.cats END,
+      media_min_vram = CASE WHEN left_to_run.media_at IS NOT NULL THEN left_to_run.min_vram END,
+      background_runnable_at = left_to_run.bg_at
+    WHERE js.job_id = t.job_id;
+    UPDATE jobs j SET
+      status = 'running',
+      started_at = coalesce(j.started_at, now()),
+      finished_at = NULL,
+      log = right(j.log || log_line_v1(t.task_type || ' claimed by ' || p_worker
+                                       || ' (attempt ' || t.attempt || '/' || t.max_attempts || ')'), 65536),
+      updated_at = now()
+    WHERE j.id = t.job_id
+    RETURNING j.type, j.params, j.hardware INTO job;
+  END IF;
 
   RETURN QUERY
     SELECT t.id, t.job_id, t.execution_id, t.task_type, t.payload, t.attempt, t.max_attempts, t.lease_token,
            t.lease_expires_at, t.deadline_at, t.pool, t.placement, t.resource_category, t.vram_mb,
-           t.timeout_seconds, j.type, j.params, j.hardware
-      FROM jobs j WHERE j.id = t.job_id;
+           t.timeout_seconds, job.type, job.params, job.hardware;
 END
 $$;
 

@@ -51,6 +51,10 @@ class Command(BaseCommand):
         from django.db import connections
 
         connections.settings["default"]["CONN_HEALTH_CHECKS"] = False
+        # The slot loop sends the same few statements thousands of times: bound on the server,
+        # psycopg prepares them after a few runs, so PostgreSQL stops parsing and planning each
+        # call, and the worker stops quoting parameters into the SQL text.
+        connections.settings["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
         try:
             timing = Timing.from_settings(settings.JETENCODE)
             timing.validate()
