@@ -214,11 +214,7 @@ class Runner:
             f"JetEncode benchmark ({args.profile}): {', '.join(selected)}; database {args.database} on "
             f"{db.server_url().rsplit('@', 1)[-1]}; work dir {self.workdir}"
         )
-        from bench import proposals
-
-        proposals.build(args.proposal)  # fail before anything runs if one no longer applies
         self.url = db.create_database(args.database, log=lambda m: log("  " + m))
-        applied = proposals.apply(self.url, args.proposal) if args.proposal else []
         # Django in this process (job validation, the API/dashboard test Client) uses the bench
         # database and the same media root as the workers.
         os.environ["JETENCODE_MEDIA_ROOT"] = str(self.media_root)
@@ -228,8 +224,6 @@ class Runner:
 
         warnings.filterwarnings("ignore", message="No directory at")
         jobs.setup_django(self.url)
-        for item in applied:
-            log(f"  proposal applied: {item['name']}")
         machine = machine_info(self.url)
         p = self.profile
         try:
@@ -316,15 +310,10 @@ class Runner:
                 "worker_concurrency": CONCURRENCY,
                 "throughput_poll_seconds": THROUGHPUT_POLL_SECONDS,
             },
-            "proposals": applied,
             "targets": targets,
             "results": self.results,
         }
-        output = (
-            Path(args.output)
-            if args.output
-            else (RESULTS.with_name("with-proposals.json") if applied else RESULTS)
-        )
+        output = Path(args.output) if args.output else RESULTS
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print_table(report)
@@ -436,7 +425,8 @@ def print_table(report: dict) -> None:
                     f"{_fmt(run.get('stages_per_second'))} stages/s",
                     f"{run.get('stages_completed')} stages in {_fmt(run.get('span_seconds'), 2)} s; "
                     f"CPU {_fmt(cpu.get('total'), 2)} ms/stage (workers {_fmt(cpu.get('workers'), 2)}, "
-                    f"PostgreSQL {_fmt(cpu.get('postgres_backends'), 2)})",
+                    f"PostgreSQL {_fmt(cpu.get('postgres_backends'), 2)}: for workers "
+                    f"{_fmt(cpu.get('postgres_workers'), 2)}, producer {_fmt(cpu.get('postgres_producer'), 2)})",
                 )
             )
         if ceiling:
@@ -566,16 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--output",
-        help=f"where to write the JSON (default {RESULTS.relative_to(db.ROOT)}; "
-        "with-proposals.json beside it when --proposal is given)",
-    )
-    parser.add_argument(
-        "--proposal",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="measure with a proposed scheduler change applied to the bench database only "
-        "(see bench/proposals.py and docs/benchmarks.md); repeatable",
+        help=f"where to write the JSON (default {RESULTS.relative_to(db.ROOT)})",
     )
     parser.add_argument("--keep-database", action="store_true", help="do not drop the database at the end")
     parser.add_argument("--keep-workdir", action="store_true", help="keep worker logs and media files")

@@ -82,7 +82,7 @@ def measure(
                 raise RuntimeError(f"warm-up: only {done}/{warm} jobs completed in 60 s")
             mark = db.scalar(conn, "SELECT clock_timestamp()")
             indexes_before = index_stats(conn)
-            meter = CpuMeter(database, pool.pids()).start()
+            meter = CpuMeter(database, pool.pids(), url).start()
             sampler = ActivitySampler(url)
             sampler.start()
             producer_error: list[BaseException] = []
@@ -186,6 +186,10 @@ def measure(
             "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / stages, 3),
             "total": round(1000 * per_stage, 3),
         }
+        # The backends split by whom they serve: the workers' claims/finishes/heartbeats, the
+        # producer's enqueues, the bench's own polling and sampling.
+        for role, seconds in cpu.get("backends_cpu_seconds_by_role", {}).items():
+            result["cpu_ms_per_stage"][f"postgres_{role}"] = round(1000 * seconds / stages, 3)
         # What the machine's cores would allow if this run had had them to itself.
         result["cpu_bound_stages_per_second"] = (
             round(cpu["machine_cpus"] / per_stage, 1) if per_stage else None

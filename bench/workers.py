@@ -159,11 +159,15 @@ class CpuMeter:
     children), the PostgreSQL backends of the bench database, the autovacuum workers vacuuming it
     (seen only while they run: a worker that started and exited between the two samples is missed),
     and the whole machine (to show how busy it was with other work: it is shared with other test
-    runs)."""
+    runs). Given the database's URL, the backends' CPU is also split by who they serve (the
+    workers' connections, the producer, the bench's own polling and sampling), from
+    pg_stat_activity's application_name."""
 
-    def __init__(self, database: str, worker_pids: list[int]):
+    def __init__(self, database: str, worker_pids: list[int], url: str | None = None):
         self.database = database
         self.worker_pids = worker_pids
+        self.url = url
+        self._roles: dict[int, str] = {}
         self._start: dict[str, dict[int, float]] = {}
         self._machine_start = None
         self._wall = 0.0
@@ -195,7 +199,26 @@ class CpuMeter:
                 continue
         return {"workers": workers, "backends": backends, "autovacuum": autovacuum}
 
+    def _read_roles(self) -> None:
+        if not self.url:
+            return
+        try:
+            with db.connect(self.url) as conn:
+                rows = conn.execute(
+                    "SELECT pid, application_name FROM pg_stat_activity WHERE datname = current_database()"
+                ).fetchall()
+        except Exception:  # the split is a detail; the totals stand without it
+            return
+        for pid, name in rows:
+            if name.startswith("jetencode-worker"):
+                self._roles[pid] = "workers"
+            elif name == "jetencode-bench-producer":
+                self._roles[pid] = "producer"
+            else:
+                self._roles.setdefault(pid, "bench")
+
     def start(self) -> CpuMeter:
+        self._read_roles()
         self._start = self._sample()
         self._machine_start = psutil.cpu_times()
         self._wall = time.monotonic()
@@ -203,6 +226,7 @@ class CpuMeter:
 
     def stop(self) -> dict:
         end = self._sample()
+        self._read_roles()
         machine_end = psutil.cpu_times()
         wall = time.monotonic() - self._wall
         out = {}
@@ -213,6 +237,13 @@ class CpuMeter:
             getattr(machine_end, f) - getattr(self._machine_start, f)
             for f in ("user", "nice", "system", "irq", "softirq", "steal")
         )
+        if self.url:
+            by_role: dict[str, float] = {}
+            before = self._start.get("backends", {})
+            for pid, value in end["backends"].items():
+                role = self._roles.get(pid, "unknown")
+                by_role[role] = by_role.get(role, 0.0) + value - before.get(pid, 0.0)
+            out["backends_cpu_seconds_by_role"] = {k: round(v, 2) for k, v in sorted(by_role.items())}
         out["machine_busy_cpu_seconds"] = round(busy, 2)
         out["machine_cpus"] = psutil.cpu_count()
         out["wall_seconds"] = round(wall, 2)
