@@ -113,7 +113,10 @@ def queue_entry(job_id, *, include_finished: bool = False) -> QueueEntry | None:
 
 
 def queue_count(*, worker: str | None = None, state: str | None = None) -> int:
-    return _rows("queue_count", {"worker": worker, "state": state})[0]["count"]
+    """How many entries queue_list(worker=..., state=...) has in all (worker='' is the pending group)."""
+    if worker is None:
+        return _rows("queue_count", {"state": state})[0]["count"]
+    return _rows("queue_count_group", {"worker": worker, "state": state})[0]["count"]
 
 
 def workers_overview(uid: str | None = None) -> list[dict[str, Any]]:

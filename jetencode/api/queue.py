@@ -4,7 +4,6 @@ action took it out of the queue, e.g. a cancel)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated
 from uuid import UUID
 
@@ -30,11 +29,17 @@ router = Router(tags=["queue"])
 ACTION_RESPONSES = {200: QueueEntryOut, **responses(*AUTH_ERRORS, 404, 409, 422)}
 
 
+def as_dict(entry: queries.QueueEntry) -> dict:
+    # Its fields are plain values (UUIDs, datetimes, strings, numbers): dataclasses.asdict, which
+    # deep-copies each of them, took longer than the rest of a 100-entry page's serialization.
+    return dict(vars(entry))
+
+
 def entry(job_id: UUID) -> dict:
     found = queries.queue_entry(job_id, include_finished=True)
     if found is None:
         raise repository.JobNotFound("job not found")
-    return asdict(found)
+    return as_dict(found)
 
 
 @router.get("", response={200: QueuePageOut, **responses(*AUTH_ERRORS, 422)}, summary="The queue")
@@ -58,7 +63,7 @@ def list_queue(
     why a waiting job is not running."""
     total = queries.queue_count(worker=worker, state=state)
     entries = queries.queue_list(worker=worker, state=state, limit=limit, offset=(page - 1) * limit)
-    return {"data": [asdict(e) for e in entries], "pagination": pagination(page, limit, total)}
+    return {"data": [as_dict(e) for e in entries], "pagination": pagination(page, limit, total)}
 
 
 @router.get(

@@ -348,3 +348,44 @@ def test_one_queue_entry(viewer, enqueue):
     job_id = str(enqueue())
     assert viewer.get(f"/v2/queue/{job_id}").json()["job_id"] == job_id
     assert viewer.get(f"/v2/queue/{uuid.uuid4()}").status_code == 404
+
+
+def test_the_total_counts_what_the_list_holds_under_every_filter(
+    viewer, enqueue, worker, claim, failed_job, completed_job, make_worker_row
+):
+    # queue_count counts from the jobs' status index (and only failed jobs' schedules); it must agree
+    # with queue_list for every group and state.
+    uid, session = worker
+    other, _ = make_worker_row("w-other")
+    running = enqueue()
+    claim(uid, session)
+    cancelling = enqueue(max_attempts=1)
+    lease, _ = claim(uid, session)
+    assert repository.fail(lease, "boom", retryable=False).outcome == "failed"
+    with connection.cursor() as cursor:  # a failed job with a cancel request is not in the queue
+        cursor.execute("UPDATE job_schedule SET cancel_requested_at = now() WHERE job_id = %s", [cancelling])
+    pending = [enqueue(), enqueue(priority=3)]
+    paused = enqueue()
+    repository.pause(paused)
+    targeted = enqueue(required_worker_uid=other)
+    cancelled = enqueue()
+    repository.cancel(cancelled)
+
+    expected = {str(j) for j in (running, failed_job, *pending, paused, targeted)}
+    body = queue(viewer, limit=500)
+    assert {e["job_id"] for e in body["data"]} == expected
+    assert body["pagination"]["total"] == len(expected)
+    assert viewer.get("/v2/stats").json()["queue_length"] == len(expected)
+    filters = [{"state": s} for s in ("pending", "running", "retry_wait", "paused", "failed")]
+    filters += [{"worker": w} for w in (uid, other, "", "w-nobody")]
+    filters += [{"worker": uid, "state": "failed"}, {"worker": "", "state": "paused"}]
+    for params in filters:
+        body = queue(viewer, limit=500, **params)
+        assert body["pagination"]["total"] == len(body["data"]), params
+    assert queue(viewer, state="failed")["pagination"]["total"] == 1
+    assert queue(viewer, limit=2)["pagination"] == {
+        "page": 1,
+        "limit": 2,
+        "total": len(expected),
+        "total_pages": 3,
+    }

@@ -1,10 +1,15 @@
 """/dashboard/queue: grouping, per-state timing, waiting reasons, controls and every action."""
 
 import re
+import uuid
 
 import pytest
-from django.urls import reverse
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse, set_script_prefix
 
+from dashboard.templatetags.dashboard import job_url
 from jetencode.models import Job
 from scheduler import repository
 
@@ -205,3 +210,117 @@ def test_the_partial_is_only_the_live_sections(viewer_client, enqueue):
     html = viewer_client.get(QUEUE + "?partial=1").content.decode()
     assert html.lstrip().startswith('<div data-live="queue"')
     assert "<html" not in html
+
+
+# ---- links and controls: each URL is built from one reversal per page, not one per row ----------
+
+FORM = re.compile(r'<form method="post" action="([^"]*)"[^>]*>(.*?)</form>', re.S)
+CSRF_FIELD = re.compile(r'<input type="hidden" name="csrfmiddlewaretoken" value="([^"]+)">')
+
+
+def row_of(html: str, job) -> str:
+    row = html[html.index(f'<tr data-job-id="{job}"') :]
+    return row[: row.index("</tr>")]
+
+
+def controls(html: str) -> dict[str, str]:
+    """{each control button's data-act: the URL its form posts to}; every form carries a CSRF field."""
+    found = {}
+    for action, body in FORM.findall(html):
+        assert CSRF_FIELD.search(body), body
+        for act in re.findall(r'data-act="([^"]+)"', body):
+            assert act not in found, act
+            found[act] = action
+    return found
+
+
+def expected_controls(job, *, paused=False) -> dict[str, str]:
+    acts = {
+        "run-next": "run-next",
+        "up": "move",
+        "down": "move",
+        "bottom": "move",
+        "priority": "priority",
+        "resume" if paused else "pause": "resume" if paused else "pause",
+        "cancel": "cancel",
+    }
+    return {act: reverse("dashboard:job_action", args=[job, action]) for act, action in acts.items()}
+
+
+def test_every_rows_link_and_controls_point_at_that_rows_job(operator_client, enqueue, make_worker_row):
+    uid, session = make_worker_row("w-links")
+    failed = enqueue("noop", max_attempts=1)
+    _, lease = claim(uid, session)
+    assert repository.fail(lease, "bad input", retryable=False).outcome == "failed"
+    running = enqueue("noop", {"seconds": 60})
+    claim(uid, session)
+    cancelling = enqueue("noop", {"seconds": 60})
+    claim(uid, session)
+    repository.cancel(cancelling)
+    waiting = [enqueue("noop") for _ in range(3)]
+    paused = enqueue("noop")
+    repository.pause(paused)
+    targeted = enqueue("noop", required_worker_uid=uid)
+
+    html = operator_client.get(QUEUE).content.decode()
+    assert set(rows(html)) == {str(j) for j in (failed, running, cancelling, *waiting, paused, targeted)}
+    for job in rows(html):
+        assert f'<a href="{reverse("dashboard:job", args=[job])}">' in row_of(html, job)
+    for job in (running, *waiting, targeted):
+        assert controls(row_of(html, job)) == expected_controls(job), job
+    assert controls(row_of(html, paused)) == expected_controls(paused, paused=True)
+    assert controls(row_of(html, failed)) == {
+        "retry": reverse("dashboard:job_action", args=[failed, "retry"])
+    }
+    assert controls(row_of(html, cancelling)) == {}
+    assert "cancelling…" in row_of(html, cancelling)
+    assert 'value="0" min="-1000"' in row_of(html, waiting[0])  # the priority field holds the priority
+
+    # The job page shows the same controls, for its own job (plus redispatch).
+    page = operator_client.get(reverse("dashboard:job", args=[paused])).content.decode()
+    redispatch = reverse("dashboard:job_action", args=[paused, "redispatch"])
+    found = {action for action, _ in FORM.findall(page)}
+    assert found >= set(expected_controls(paused, paused=True).values()) | {redispatch}
+    assert all(str(paused) in action for action in found if "/actions/" in action)
+
+
+def test_a_posted_control_form_passes_the_csrf_check(bob, enqueue):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(bob)
+    job = enqueue("noop")
+    html = client.get(QUEUE).content.decode()
+    pause = next(body for action, body in FORM.findall(row_of(html, job)) if 'data-act="pause"' in body)
+    token = CSRF_FIELD.search(pause).group(1)
+    url = reverse("dashboard:job_action", args=[job, "pause"])
+
+    assert client.post(url, {"next": QUEUE}).status_code == 403  # without the form's token
+    response = client.post(url, {"csrfmiddlewaretoken": token, "next": QUEUE})
+    assert (response.status_code, response["Location"]) == (302, QUEUE)
+    assert Job.objects.get(pk=job).status == "paused"
+
+
+def test_job_links_follow_the_script_prefix():
+    job = uuid.uuid4()
+    set_script_prefix("/farm/")
+    try:
+        assert job_url(job) == reverse("dashboard:job", args=[job]) == f"/farm/dashboard/jobs/{job}"
+    finally:
+        set_script_prefix("/")
+    assert job_url(str(job)) == reverse("dashboard:job", args=[job]) == f"/dashboard/jobs/{job}"
+    with pytest.raises(ValueError):
+        job_url("not-a-job-id")
+
+
+def test_the_page_runs_the_same_queries_whatever_its_length(operator_client, enqueue, make_worker_row):
+    uid, _ = make_worker_row("w-count")
+    enqueue("noop")
+
+    def queries_for_one_page() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert operator_client.get(QUEUE).status_code == 200
+        return len(captured)
+
+    few = queries_for_one_page()
+    for i in range(40):
+        enqueue("noop", required_worker_uid=uid if i % 2 else None, priority=i % 5)
+    assert queries_for_one_page() == few
