@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(180),
-    pytest.mark.skipif(not os.environ.get("DATABASE_URL"), reason="the benchmark needs DATABASE_URL (a server)"),
+    pytest.mark.skipif(
+        not os.environ.get("DATABASE_URL"), reason="the benchmark needs DATABASE_URL (a server)"
+    ),
 ]
 
 
@@ -25,7 +27,12 @@ def test_smoke_run_writes_its_json(tmp_path):
     output = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--database", database, "--output", str(output)],
-        cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=170, check=False,
+        cwd=ROOT,
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     report = json.loads(output.read_text())
@@ -39,7 +46,11 @@ def test_smoke_run_writes_its_json(tmp_path):
     assert run["share_of_ceiling"] > 0
     assert report["results"]["claim"]["sizes"]["1000"]["claim"]["n"] > 0
     assert report["results"]["wakeup"]["notify"]["enqueue_to_handler_start"]["n"] > 0
-    assert set(report["results"]["web"]["endpoints"]) == {"GET /v2/queue", "GET /v2/jobs", "GET /dashboard/queue"}
+    assert set(report["results"]["web"]["endpoints"]) == {
+        "GET /v2/queue",
+        "GET /v2/jobs",
+        "GET /dashboard/queue",
+    }
     assert {t["id"] for t in report["targets"]} >= {"1a", "1b", "4", "5"}
     assert "Targets" in proc.stdout  # the printed table
 
