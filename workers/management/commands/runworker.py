@@ -53,11 +53,12 @@ class Command(BaseCommand):
         connections.settings["default"]["CONN_HEALTH_CHECKS"] = False
         # The slot loop sends the same few statements thousands of times: bound on the server and
         # prepared after their fifth run, PostgreSQL stops parsing and planning each call and the
-        # worker stops quoting parameters into the SQL text. (Django leaves preparing off for
-        # PgBouncer's transaction mode before 1.21; a DATABASE_URL with ?prepare_threshold= wins.)
-        db_options = connections.settings["default"].setdefault("OPTIONS", {})
-        db_options["server_side_binding"] = True
-        db_options.setdefault("prepare_threshold", 5)
+        # worker stops quoting parameters into the SQL text. Django leaves preparing off for
+        # PgBouncer's transaction mode before 1.21: JETENCODE_PREPARED_STATEMENTS=false does too.
+        if settings.JETENCODE["PREPARED_STATEMENTS"]:
+            db_options = connections.settings["default"].setdefault("OPTIONS", {})
+            db_options["server_side_binding"] = True
+            db_options["prepare_threshold"] = 5
         try:
             timing = Timing.from_settings(settings.JETENCODE)
             timing.validate()
