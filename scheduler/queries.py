@@ -176,3 +176,9 @@ def stage_duration_histogram(buckets: list[float]) -> list[dict[str, Any]]:
 
 def workers_by_lifecycle() -> dict[str, int]:
     return {row["lifecycle"]: row["n"] for row in _rows("workers_by_lifecycle", {"stale": _stale()})}
+
+
+def workspace_fates(job_ids: list, grace_seconds: float) -> dict[str, dict[str, Any]]:
+    """{job id (str): {status, ended_a_while_ago, execution_id}} for the jobs that still exist."""
+    rows = _rows("workspace_fates", {"ids": [str(j) for j in job_ids], "grace": grace_seconds})
+    return {str(row["job_id"]): row for row in rows}

@@ -9,8 +9,9 @@ Every RECOVERY_INTERVAL_SECONDS (with a little jitter):
 - `note_recovery_ran`.
 Stale marking and reassignment are skipped while this worker's own heartbeat is not fresh (it was
 stopped or cut off): then it is the stale one, and its view of the others is not to be trusted.
-Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), and hourly
-`purge_history(RETENTION_DAYS)`.
+Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), hourly
+`purge_history(RETENTION_DAYS)`, and every five minutes a sweep of this worker's own workspace
+directory (`workers.workspaces`: ended, purged and superseded jobs' files are removed).
 All of it is safe with every worker doing it at once: the SQL locks with SKIP LOCKED.
 """
 
@@ -23,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from scheduler import repository
+from workers import workspaces
 from workers.db import DB_ERRORS, RateLimitedLog, name_thread_connection, refresh_connection, reset_connection
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ log = logging.getLogger("jetencode.worker")
 RECOVER_BATCH = 100
 PURGE_BATCH = 500
 PURGE_EVERY = 3600.0
+SWEEP_EVERY = 300.0
 
 
 class Maintenance(threading.Thread):
@@ -49,6 +52,7 @@ class Maintenance(threading.Thread):
         now = time.monotonic()
         next_sample = now + random.uniform(0, min(timing.sample_interval, 5.0))
         next_purge = now + random.uniform(30.0, 90.0)  # not every worker at the same second after a deploy
+        next_sweep = now + random.uniform(10.0, 60.0)
         while not self.stop_event.is_set():
             refresh_connection()
             self._step("recovery", self.recover)
@@ -59,6 +63,9 @@ class Maintenance(threading.Thread):
             if now >= next_purge:
                 if self._step("retention", self.purge):
                     next_purge = now + PURGE_EVERY
+            if now >= next_sweep:
+                if self._step("workspaces", self.sweep_workspaces):
+                    next_sweep = now + SWEEP_EVERY
             self.rounds += 1
             self.stop_event.wait(timing.recovery_interval * random.uniform(0.9, 1.1))
 
@@ -128,5 +135,15 @@ class Maintenance(threading.Thread):
                 "retention: purged %s finished jobs older than %s days",
                 total,
                 self.worker.timing.retention_days,
+                extra=self.worker.log_extra,
+            )
+
+    def sweep_workspaces(self) -> None:
+        removed = workspaces.sweep(self.worker.workspace_root)
+        if removed:
+            log.info(
+                "workspaces: removed %s director%s of ended, purged or superseded jobs",
+                len(removed),
+                "y" if len(removed) == 1 else "ies",
                 extra=self.worker.log_extra,
             )

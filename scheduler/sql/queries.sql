@@ -229,3 +229,13 @@ SELECT CASE WHEN lifecycle = 'active' AND (last_heartbeat_at IS NULL
                  OR last_heartbeat_at < now() - make_interval(secs => %(stale)s)) THEN 'offline'
             ELSE lifecycle END AS lifecycle, count(*) AS n
 FROM queue_workers GROUP BY 1;
+
+-- name: workspace_fates
+-- What a worker's workspace sweep needs to know of the jobs it has directories for: a job missing
+-- here was purged; a job ended (completed or cancelled) a while ago needs its workspace no more; an
+-- execution below the job's current one was superseded (the job moved to another worker).
+SELECT j.id AS job_id, j.status,
+       j.finished_at IS NOT NULL AND j.finished_at < now() - make_interval(secs => %(grace)s) AS ended_a_while_ago,
+       s.execution_id
+FROM jobs j JOIN job_schedule s ON s.job_id = j.id
+WHERE j.id = ANY (%(ids)s::uuid[]);
