@@ -18,6 +18,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from jetencode.media.jobtypes import JOB_TYPES
+from jetencode.media.probe import ASSET_FIELDS
 from jetencode.models import ApiToken, Job, JobOutput, MediaAsset, hash_token
 from jetencode.permissions import can_operate
 from scheduler import repository
@@ -269,16 +270,7 @@ class MediaAssetAdmin(admin.ModelAdmin):
     search_fields = ("path", "title")
     readonly_fields = (
         "id",
-        "size_bytes",
-        "duration_seconds",
-        "width",
-        "height",
-        "fps",
-        "video_codec",
-        "audio_codec",
-        "bitrate",
-        "orientation",
-        "has_audio",
+        *ASSET_FIELDS,
         "valid",
         "invalid_reason",
         "validated_at",

@@ -25,6 +25,22 @@ class ProbeError(Exception):
         self.reason = reason
 
 
+# The MediaAsset columns a probe measures (same names on MediaInfo): the library stage copies
+# exactly these from a probe, and the admin shows them read-only.
+ASSET_FIELDS = (
+    "size_bytes",
+    "duration_seconds",
+    "width",
+    "height",
+    "fps",
+    "video_codec",
+    "audio_codec",
+    "bitrate",
+    "orientation",
+    "has_audio",
+)
+
+
 @dataclass(frozen=True)
 class MediaInfo:
     path: str
@@ -52,18 +68,7 @@ class MediaInfo:
 
     def asset_fields(self) -> dict[str, Any]:
         """The MediaAsset columns this probe fills."""
-        return {
-            "size_bytes": self.size_bytes,
-            "duration_seconds": self.duration_seconds,
-            "width": self.width,
-            "height": self.height,
-            "fps": self.fps,
-            "video_codec": self.video_codec,
-            "audio_codec": self.audio_codec,
-            "bitrate": self.bitrate,
-            "orientation": self.orientation,
-            "has_audio": self.has_audio,
-        }
+        return {name: getattr(self, name) for name in ASSET_FIELDS}
 
 
 def orientation_of(width: int | None, height: int | None) -> str:

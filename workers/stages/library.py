@@ -23,7 +23,7 @@ from jetencode.media.paths import (
     relative_to_media_root,
     resolve_media_path,
 )
-from jetencode.media.probe import ProbeError, probe
+from jetencode.media.probe import ASSET_FIELDS, ProbeError, probe
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import child, stage_params, throttle_for, workspace_rel, ws
 
@@ -256,23 +256,7 @@ def library_register(ctx: StageContext) -> dict:
     MediaAsset = _asset_model()
     # The job row normally exists; if retention removed it, register the asset without the link.
     source_job_id = ctx.job_id if Job.objects.filter(pk=ctx.job_id).exists() else None
-    fields = {
-        k: v
-        for k, v in (payload.get("metadata") or {}).items()
-        if k
-        in {
-            "size_bytes",
-            "duration_seconds",
-            "width",
-            "height",
-            "fps",
-            "video_codec",
-            "audio_codec",
-            "bitrate",
-            "orientation",
-            "has_audio",
-        }
-    }
+    fields = {k: v for k, v in (payload.get("metadata") or {}).items() if k in ASSET_FIELDS}
     asset, created = MediaAsset.objects.get_or_create(
         path=relative_to_media_root(dest),
         defaults={
