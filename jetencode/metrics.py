@@ -119,6 +119,15 @@ class JetEncodeCollector:
             "Stage attempts that failed and were scheduled to retry",
             value=scalars["retries"],
         )
+        moved = CounterMetricFamily(
+            "jetencode_reassignments",
+            "Jobs moved off a worker, by cause: drained, evacuated, lost_in_dispatch (lost, no local "
+            "work), lost_after_delay (lost longer than the reassignment delay), manual (redispatch)",
+            labels=["cause"],
+        )
+        for cause, n in queries.reassignments().items():
+            moved.add_metric([cause], n)
+        yield moved
         yield GaugeMetricFamily(
             "jetencode_oldest_pending_seconds",
             "How long the longest-waiting runnable job has waited for a slot",

@@ -28,6 +28,9 @@ class SchedulerState(models.Model):
     purged_rejected = models.BigIntegerField(default=0, db_default=0)
     purged_recoveries = models.BigIntegerField(default=0, db_default=0)
     purged_retries = models.BigIntegerField(default=0, db_default=0)
+    # Jobs moved off a worker, by cause (drained, evacuated, lost_in_dispatch, lost_after_delay,
+    # manual): /metrics' jetencode_reassignments_total. Column default '{}' (migration 0007's SQL).
+    reassignments = models.JSONField(default=dict)
     last_recovery_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -63,6 +66,9 @@ class JobSchedule(models.Model):
     media_categories = models.JSONField(null=True, blank=True)
     media_min_vram = models.IntegerField(null=True, blank=True)
     background_runnable_at = models.DateTimeField(null=True, blank=True)
+    # How many times a lost worker made this job move (lost_in_dispatch, lost_after_delay): at
+    # max_attempts it fails instead of moving again. A manual retry resets it. Column default 0.
+    lost_workers = models.IntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

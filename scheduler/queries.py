@@ -90,6 +90,8 @@ def queue_list(
         "queue_list",
         {
             "stale": _stale(),
+            "lost": settings.JETENCODE["LEASE_SECONDS"],
+            "reassign_after": settings.JETENCODE["REASSIGN_AFTER_SECONDS"],
             "worker": worker,
             "state": state,
             "limit": limit,
@@ -162,6 +164,15 @@ def task_log_tails(job_id, lines: int = 20) -> dict[int, list[dict[str, Any]]]:
 
 def metrics_scalars(stuck_after_seconds: float) -> dict[str, Any]:
     return _rows("metrics_scalars", {"stuck_after": stuck_after_seconds})[0]
+
+
+REASSIGNMENT_CAUSES = ("drained", "evacuated", "lost_in_dispatch", "lost_after_delay", "manual")
+
+
+def reassignments() -> dict[str, int]:
+    """Jobs moved off a worker so far, by cause (every cause present, 0 when none)."""
+    counted = {row["cause"]: int(row["n"]) for row in _rows("reassignments", {})}
+    return {cause: counted.get(cause, 0) for cause in REASSIGNMENT_CAUSES} | counted
 
 
 def claim_latency_histogram(buckets: list[float]) -> dict[str, Any]:

@@ -171,12 +171,12 @@ def run_next(job_id) -> int:
 
 
 def retry(job_id) -> str:
-    return _control("SELECT retry_job_v1(%s)", [job_id])[0][0]
+    return _control("SELECT retry_job_v2(%s)", [job_id])[0][0]
 
 
 def redispatch(job_id, why: str = "redispatched by an operator") -> int:
     """Start a new execution on any worker (the old one's unfinished stages are cancelled)."""
-    return _control("SELECT redispatch_job_v1(%s, %s)", [job_id, why])[0][0]
+    return _control("SELECT redispatch_job_v2(%s, 'manual', %s)", [job_id, why])[0][0]
 
 
 def reserve_job(job_id) -> uuid.UUID:
@@ -235,13 +235,22 @@ def worker_heartbeat(uid: str, session_id, sample: dict | None) -> str:
     return _call("SELECT worker_heartbeat_v1(%s, %s, %s::jsonb)", [uid, session_id, _json(sample)])[0][0]
 
 
-def set_session_lifecycle(uid: str, session_id, lifecycle: str) -> bool:
-    rows = _call("SELECT set_session_lifecycle_v1(%s, %s, %s)", [uid, session_id, lifecycle])
-    return bool(rows and rows[0][0])
+def set_session_lifecycle(uid: str, session_id, lifecycle: str) -> int | None:
+    """The session says draining or offline; its idle pinned jobs move to other workers in the
+    same transaction. Returns how many moved, or None when the session is not current."""
+    return _call("SELECT set_session_lifecycle_v2(%s, %s, %s)", [uid, session_id, lifecycle])[0][0]
 
 
 def drain_worker(uid: str) -> str:
-    return _control("SELECT drain_worker_v1(%s)", [uid])[0][0]
+    """Claim nothing new; idle pinned jobs move at once, the others when their stage ends."""
+    return _control("SELECT drain_worker_v2(%s)", [uid])[0][0]
+
+
+def evacuate_worker(uid: str) -> int:
+    """Drain the worker and move every job pinned to it now (running stages are redone elsewhere).
+    Returns how many jobs moved; JobNotFound for an unknown uid, ActionNotAllowed for an offline
+    worker with nothing to move."""
+    return _control("SELECT evacuate_worker_v2(%s)", [uid])[0][0]
 
 
 def mark_stale_workers(stale_seconds: float) -> list[str]:
@@ -400,8 +409,21 @@ def recover_expired(batch: int = 100) -> list[tuple[int, str]]:
     return _call("SELECT * FROM recover_expired_v1(%s)", [batch])
 
 
-def reassign_lost_jobs(after_seconds: float, batch: int = 50) -> list[tuple[uuid.UUID, int]]:
-    return _call("SELECT * FROM reassign_lost_jobs_v1(%s, %s)", [after_seconds, batch])
+@dataclass(frozen=True)
+class Release:
+    """A job moved off a worker by the recovery loop's release pass."""
+
+    job_id: uuid.UUID
+    execution_id: int
+    cause: str  # drained | lost_in_dispatch | lost_after_delay
+    worker_uid: str
+
+
+def release_jobs(lost_seconds: float, reassign_after: float, batch: int = 50) -> list[Release]:
+    """Move jobs off draining workers and lost ones (silent for `lost_seconds`; those with local
+    work only after `reassign_after`)."""
+    rows = _call("SELECT * FROM release_jobs_v2(%s, %s, %s)", [lost_seconds, reassign_after, batch])
+    return [Release(*row) for row in rows]
 
 
 def purge_history(days: int, batch: int = 500) -> int:

@@ -4,8 +4,9 @@ Every RECOVERY_INTERVAL_SECONDS (with a little jitter):
 - `recover_expired` until it returns less than a full batch: leases nobody renewed go to
   retry_wait (attempt counted) or failed;
 - `mark_stale_workers(STALE_WORKER_SECONDS)`: silent workers are reported offline;
-- `reassign_lost_jobs(REASSIGN_AFTER_SECONDS)`: jobs pinned to a worker silent that long start a
-  new execution elsewhere;
+- `release_jobs(LEASE_SECONDS, REASSIGN_AFTER_SECONDS)`: jobs pinned to a draining worker, or to a
+  lost one (silent for a lease) that holds nothing of value for them, move on at once; jobs with
+  local work on a lost worker move once it has been silent for REASSIGN_AFTER_SECONDS;
 - `note_recovery_ran`.
 Stale marking and reassignment are skipped while this worker's own heartbeat is not fresh (it was
 stopped or cut off): then it is the stale one, and its view of the others is not to be trusted.
@@ -111,12 +112,14 @@ class Maintenance(threading.Thread):
                 timing.stale_worker,
                 extra=self.worker.log_extra,
             )
-        for job_id, execution_id in repository.reassign_lost_jobs(timing.reassign_after):
+        for moved in repository.release_jobs(timing.lease, timing.reassign_after):
             log.warning(
-                "job %s: its worker is lost; execution %s started elsewhere",
-                job_id,
-                execution_id,
-                extra={**self.worker.log_extra, "job_id": str(job_id)},
+                "job %s moved off worker %s (%s): execution %s runs on any worker",
+                moved.job_id,
+                moved.worker_uid,
+                moved.cause,
+                moved.execution_id,
+                extra={**self.worker.log_extra, "job_id": str(moved.job_id), "cause": moved.cause},
             )
 
     def _own_heartbeat_fresh(self) -> bool:

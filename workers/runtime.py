@@ -455,10 +455,18 @@ class Worker:
         backoff = Backoff(0.1, 1.0)
         while True:
             try:
-                if not repository.set_session_lifecycle(self.uid, self.session_id, lifecycle):
+                moved = repository.set_session_lifecycle(self.uid, self.session_id, lifecycle)
+                if moved is None:
                     log.warning(
                         "session no longer current: lifecycle %s not recorded",
                         lifecycle,
+                        extra=self.log_extra,
+                    )
+                elif moved:
+                    log.info(
+                        "%s: %d job(s) pinned to this worker moved to other workers",
+                        lifecycle,
+                        moved,
                         extra=self.log_extra,
                     )
                 return

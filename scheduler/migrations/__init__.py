@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-FUNCTIONS_V1 = Path(__file__).resolve().parent.parent / "sql" / "functions_v1.sql"
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+FUNCTIONS_V1 = SQL_DIR / "functions_v1.sql"
 
 
 def reinstall_functions_v1(apps, schema_editor):
@@ -12,3 +13,14 @@ def reinstall_functions_v1(apps, schema_editor):
     """
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(FUNCTIONS_V1.read_text())
+
+
+def run_sql_file(name: str):
+    """A RunPython operation body that runs scheduler/sql/migrations/<name>: the SQL this migration
+    installs, kept as it was when the migration was written."""
+
+    def run(apps, schema_editor):
+        with schema_editor.connection.cursor() as cursor:
+            cursor.execute((SQL_DIR / "migrations" / name).read_text())
+
+    return run

@@ -23,6 +23,22 @@ SELECT
            SELECT 1 FROM queue_workers w WHERE w.reservation_id = s.reservation_id AND w.lifecycle = 'active'
              AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
       THEN 'waiting for its reserved worker'
+    -- Pinned to a worker that is draining or silent: what the failover rules will do (release_jobs_v2).
+    WHEN s.assigned_worker_uid IS NOT NULL AND s.required_worker_uid IS NULL AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.uid = s.assigned_worker_uid
+             AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(lost)s))
+      THEN coalesce((
+        SELECT CASE
+                 WHEN w.lifecycle = 'draining' THEN 'worker ' || w.uid || ' is draining: the job moves to another worker within seconds'
+                 WHEN has_local_work_v2(s.job_id, s.execution_id)
+                   THEN 'waiting up to ' || format_seconds_v2(%(reassign_after)s - extract(epoch FROM now() - w.last_heartbeat_at))
+                        || ' for worker ' || w.uid || ' (has local work)'
+                 ELSE 'worker ' || w.uid || ' is not sending heartbeats: the job moves to another worker '
+                      || CASE WHEN w.last_heartbeat_at < now() - make_interval(secs => %(lost)s) THEN 'within seconds'
+                              ELSE 'in ' || format_seconds_v2(%(lost)s - extract(epoch FROM now() - w.last_heartbeat_at)) END
+               END
+          FROM queue_workers w WHERE w.uid = s.assigned_worker_uid),
+        'waiting for worker ' || s.assigned_worker_uid || ', which is unknown')
     WHEN coalesce(s.assigned_worker_uid, s.required_worker_uid) IS NOT NULL AND NOT EXISTS (
            SELECT 1 FROM queue_workers w WHERE w.uid = coalesce(s.assigned_worker_uid, s.required_worker_uid)
              AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
@@ -193,6 +209,12 @@ SELECT
   (SELECT count(*) FROM queue_tasks
     WHERE state = 'running' AND lease_expires_at < now() - make_interval(secs => %(stuck_after)s)) AS stuck_running,
   (SELECT extract(epoch FROM last_recovery_at) FROM queue_scheduler_state WHERE id = 1) AS last_recovery_at;
+
+-- name: reassignments
+-- Jobs moved off a worker, by cause (counted by the failover functions in the scheduler row).
+SELECT r.key AS cause, r.value::bigint AS n
+  FROM queue_scheduler_state st, jsonb_each_text(st.reassignments) r
+ WHERE st.id = 1;
 
 -- name: claim_latency_histogram
 -- Cumulative bucket counts of (claim time - time the task became runnable) for tasks claimed in

@@ -87,26 +87,6 @@ def test_a_late_finish_after_recovery_is_rejected(make_worker_row, enqueue):
     assert task_state(task.id) == "retry_wait"
 
 
-def test_a_lost_worker_s_job_starts_a_new_execution(make_worker_row, enqueue):
-    lost = make_worker_row("lost", concurrency=4)
-    job = enqueue()
-    dispatch = claim(lost)
-    repository.finish(lease_of(dispatch, lost), children=[repository.Child("noop", {"i": 1})])
-    sql("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = 'lost'")
-    assert repository.mark_stale_workers(60) == ["lost"]
-    assert repository.reassign_lost_jobs(300) == [(job, 2)]
-    survivor = make_worker_row("survivor")
-    fresh = claim(survivor)
-    assert fresh.job_id == job and fresh.execution_id == 2 and fresh.placement == "dispatch"
-    assert (
-        one(
-            "SELECT count(*) FROM queue_tasks WHERE job_id = %s AND execution_id = 1 AND state = 'cancelled'",
-            [job],
-        )
-        == 1
-    )
-
-
 def test_re_registering_expires_the_previous_sessions_leases(make_worker_row, enqueue):
     old = make_worker_row("box")
     enqueue()

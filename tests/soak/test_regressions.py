@@ -47,7 +47,7 @@ def lost_worker_job(make_worker_row, enqueue):
 
 
 def _reassign_racing(database_url, change_under_the_lock):
-    """Run reassign_lost_jobs_v1 on one connection while another holds the scheduler lock, lets the
+    """Run release_jobs_v2 (the recovery loop's release pass) on one connection while another holds the scheduler lock, lets the
     reassignment read its candidates and block, then applies `change_under_the_lock(conn)` and
     commits. Returns what the reassignment returned."""
     holder = psycopg.connect(database_url)
@@ -60,7 +60,7 @@ def _reassign_racing(database_url, change_under_the_lock):
 
         def run():
             try:
-                result["rows"] = runner.execute("SELECT * FROM reassign_lost_jobs_v1(10, 50)").fetchall()
+                result["rows"] = runner.execute("SELECT * FROM release_jobs_v2(30, 10, 50)").fetchall()
             except psycopg.Error as exc:
                 result["error"] = exc
 
@@ -140,7 +140,7 @@ def test_reassignment_skips_a_job_finished_meanwhile_instead_of_failing_the_batc
 
 def test_reassignment_still_moves_a_job_whose_worker_is_lost(lost_worker_job):
     _, job = lost_worker_job
-    assert [row[0] for row in repository.reassign_lost_jobs(10)] == [job]
+    assert [release.job_id for release in repository.release_jobs(30, 10)] == [job]
     assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 2
     assert one("SELECT assigned_worker_uid FROM job_schedule WHERE job_id = %s", [job]) is None
 

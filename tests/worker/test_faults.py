@@ -47,21 +47,21 @@ def test_sigkill_mid_task_another_worker_finishes_the_job_once(start_worker, enq
     victim.signal(signal.SIGKILL)
     victim.wait(5)
 
-    # The victim's lease expires, the survivor's recovery loop counts the attempt, and because the
-    # job is pinned to the victim (placement affinity), the survivor reassigns it once the victim
-    # has been silent long enough, then runs the new execution.
+    # The victim's lease expires and the survivor's recovery loop counts the attempt. Lost in its
+    # dispatch, the job holds nothing of value on the victim, so its release pass clears the
+    # assignment and the survivor retries the same dispatch (same execution) when the backoff ends.
     wait_for(
         lambda: job_status(job) == "completed", 40, "the job to complete on the survivor", workers=[survivor]
     )
     tasks = dispatch_tasks(job)
-    assert [(t[1], t[2]) for t in tasks] == [(1, "cancelled"), (2, "completed")], tasks
-    first, second = tasks
-    assert first[3] == 1 and first[4] == victim_uid  # the lost attempt was counted
-    assert f"lease expired on {victim_uid}" in first[5]
+    assert [(t[1], t[2]) for t in tasks] == [(1, "completed")], tasks
+    (dispatch,) = tasks
+    assert dispatch[3] == 2 and dispatch[4] == survivor_uid  # the lost attempt was counted
+    assert f"lease expired on {victim_uid}" in dispatch[5]
     assert sql(
-        "SELECT accepted FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover'", [first[0]]
-    ) == [(True,)]
-    assert second[4] == survivor_uid and second[3] == 1
+        "SELECT accepted, attempt FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover'",
+        [dispatch[0]],
+    ) == [(True, 1)]
     # Exactly one accepted completion for the job's dispatch, and children only from it.
     assert (
         one(
@@ -75,7 +75,7 @@ def test_sigkill_mid_task_another_worker_finishes_the_job_once(start_worker, enq
         "SELECT parent_task_id, state, claimed_by FROM queue_tasks WHERE job_id = %s AND placement = 'job'",
         [job],
     )
-    assert sorted(children) == [(second[0], "completed", survivor_uid)] * 2, children
+    assert sorted(children) == [(dispatch[0], "completed", survivor_uid)] * 2, children
     assert (
         one(
             "SELECT count(*) FROM queue_fence_audit WHERE accepted AND operation = 'finish' "

@@ -12,9 +12,7 @@ from tests.worker.workerkit import one, sql
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
-def test_two_workers_reassigning_the_same_lost_job_start_one_new_execution(
-    make_worker_row, enqueue, database_url
-):
+def test_two_workers_releasing_the_same_lost_job_move_it_once(make_worker_row, enqueue, database_url):
     lost = make_worker_row("lost")
     job = enqueue("noop", {})
     task = repository.claim(*lost, "media", 30)
@@ -25,12 +23,12 @@ def test_two_workers_reassigning_the_same_lost_job_start_one_new_execution(
 
     first, second = psycopg.connect(database_url), psycopg.connect(database_url)
     try:
-        mine = first.execute("SELECT * FROM reassign_lost_jobs_v1(60, 50)").fetchall()  # not committed yet
+        mine = first.execute("SELECT * FROM release_jobs_v2(30, 60, 50)").fetchall()  # not committed yet
         assert [row[0] for row in mine] == [job]
         theirs = {}
 
         def other_worker():
-            theirs["rows"] = second.execute("SELECT * FROM reassign_lost_jobs_v1(60, 50)").fetchall()
+            theirs["rows"] = second.execute("SELECT * FROM release_jobs_v2(30, 60, 50)").fetchall()
             second.commit()
 
         thread = threading.Thread(target=other_worker)
@@ -43,5 +41,9 @@ def test_two_workers_reassigning_the_same_lost_job_start_one_new_execution(
     finally:
         first.close()
         second.close()
-    assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 2
-    assert one("SELECT count(*) FROM queue_tasks WHERE job_id = %s AND state = 'pending'", [job]) == 1
+    # Lost in its dispatch: the dispatch is retried by any worker, in the same execution, once.
+    assert sql("SELECT execution_id, assigned_worker_uid FROM job_schedule WHERE job_id = %s", [job]) == [
+        (1, None)
+    ]
+    assert repository.release_jobs(30, 60) == []
+    assert one("SELECT reassignments ->> 'lost_in_dispatch' FROM queue_scheduler_state") == "1"
