@@ -163,6 +163,7 @@ def test_a_same_uid_restart_inside_the_window_resumes_in_place(make_worker_row, 
     job = with_local_work(w3, enqueue)
     second = claim(w3)
     silence("w3", 60)
+    assert job_status(job) == "running"
     restarted = make_worker_row("w3")  # a new session: the old one's leases are expired at once
     assert repository.recover_expired() == [(second.id, "retry_wait")]
     assert repository.release_jobs(LOST, DELAY) == []
