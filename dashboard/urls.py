@@ -18,4 +18,5 @@ urlpatterns = [
     path("workers", workers.workers, name="workers"),
     path("workers/<str:uid>", workers.worker_detail, name="worker"),
     path("workers/<str:uid>/drain", actions.worker_drain, name="worker_drain"),
+    path("workers/<str:uid>/evacuate", actions.worker_evacuate, name="worker_evacuate"),
 ]

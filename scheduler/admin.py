@@ -244,7 +244,7 @@ class QueueWorkerAdmin(ReadOnlyAdmin):
     list_filter = (choices_filter("lifecycle", LIFECYCLES),)
     search_fields = ("uid", "hostname")
     ordering = ("uid",)
-    actions = ["drain_workers"]
+    actions = ["drain_workers", "evacuate_workers"]
 
     def has_operate_permission(self, request) -> bool:
         return can_operate(request.user)
@@ -267,6 +267,24 @@ class QueueWorkerAdmin(ReadOnlyAdmin):
                 drained.append(uid)
         if drained:
             self.message_user(request, "Draining: " + ", ".join(drained), messages.SUCCESS)
+        if refused:
+            self.message_user(request, "Refused: " + "; ".join(refused), messages.WARNING)
+
+    @admin.action(
+        description="Evacuate selected workers (drain, and move every pinned job to other workers now)",
+        permissions=["operate"],
+    )
+    def evacuate_workers(self, request, queryset):
+        evacuated, refused = [], []
+        for uid in queryset.values_list("uid", flat=True):
+            try:
+                moved = repository.evacuate_worker(uid)
+            except (repository.ActionNotAllowed, repository.JobNotFound) as exc:
+                refused.append(f"{uid}: {exc}")
+            else:
+                evacuated.append(f"{uid} ({moved} job(s) moved)")
+        if evacuated:
+            self.message_user(request, "Evacuated: " + ", ".join(evacuated), messages.SUCCESS)
         if refused:
             self.message_user(request, "Refused: " + "; ".join(refused), messages.WARNING)
 

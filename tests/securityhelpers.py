@@ -209,6 +209,11 @@ API = {
         200,
         lambda p: QueueWorker.objects.get(pk=p["uid"]).lifecycle == "draining",
     ),
+    ("POST", "/v2/workers/{uid}/evacuate"): (
+        lambda w: ({"uid": w.worker()}, None),
+        200,
+        lambda p: QueueWorker.objects.get(pk=p["uid"]).lifecycle == "draining",
+    ),
     ("GET", "/v2/stats"): (lambda w: ({}, None), 200, None),
     ("GET", "/v1/sysinfo"): (lambda w: ({}, None), 200, None),
 }
@@ -263,6 +268,14 @@ def dashboard_actions(world):
     actions.append(
         ("worker_drain", drain, lambda uid: QueueWorker.objects.get(pk=uid).lifecycle == "draining")
     )
+
+    def evacuate():
+        uid = world.worker()
+        return reverse("dashboard:worker_evacuate", args=[uid]), {}, uid
+
+    actions.append(
+        ("worker_evacuate", evacuate, lambda uid: QueueWorker.objects.get(pk=uid).lifecycle == "draining")
+    )
     return actions
 
 
@@ -294,6 +307,10 @@ ADMIN_ACTIONS = {
         lambda pk: not ApiToken.objects.filter(pk=pk).exists(),
     ),
     ("scheduler.QueueWorker", "drain_workers"): (
+        "worker",
+        lambda pk: QueueWorker.objects.get(pk=pk).lifecycle == "draining",
+    ),
+    ("scheduler.QueueWorker", "evacuate_workers"): (
         "worker",
         lambda pk: QueueWorker.objects.get(pk=pk).lifecycle == "draining",
     ),

@@ -137,3 +137,20 @@ def worker_drain(request, uid):
         fallback=fallback,
         extra={"lifecycle": lifecycle},
     )
+
+
+@operator_required
+def worker_evacuate(request, uid):
+    fallback = reverse("dashboard:worker", args=[uid])
+    try:
+        moved = repository.evacuate_worker(uid)
+    except repository.JobNotFound:
+        return answer(request, f"Worker {uid} not found", status=404, fallback=fallback)
+    except repository.ActionNotAllowed as exc:
+        return answer(request, str(exc), status=409, fallback=fallback)
+    return answer(
+        request,
+        f"Worker {uid} evacuated: {moved} job(s) moved to other workers; it claims nothing new",
+        fallback=fallback,
+        extra={"jobs_moved": moved},
+    )

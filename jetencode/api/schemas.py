@@ -296,6 +296,11 @@ class WorkerListOut(Schema):
     data: list[WorkerOut]
 
 
+class EvacuationOut(Schema):
+    jobs_moved: int = Field(description="Jobs pinned to the worker that now run on any other worker")
+    worker: WorkerOut
+
+
 class StatsOut(Schema):
     by_status: dict[str, int]
     running_by_category: dict[str, int]

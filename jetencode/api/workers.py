@@ -1,4 +1,4 @@
-"""/v2/workers: what every worker is, has and runs; drain one."""
+"""/v2/workers: what every worker is, has and runs; drain or evacuate one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Path, Router
 
 from jetencode.api.errors import AUTH_ERRORS, responses
-from jetencode.api.schemas import Text, WorkerListOut, WorkerOut
+from jetencode.api.schemas import EvacuationOut, Text, WorkerListOut, WorkerOut
 from scheduler import queries, repository
 
 router = Router(tags=["workers"])
@@ -73,7 +73,22 @@ def get_worker(request: HttpRequest, uid: Uid):
     summary="Drain a worker",
 )
 def drain_worker(request: HttpRequest, uid: Uid):
-    """Stop new claims on the worker; its running tasks finish. It also stops accepting targeted
-    jobs. 409 when the worker is offline."""
+    """Stop new claims on the worker; its running tasks finish. Jobs pinned to it move to other
+    workers: those with nothing running at once, the others when their running stage ends. It also
+    stops accepting targeted jobs. 409 when the worker is offline."""
     repository.drain_worker(uid)
     return _one(uid)
+
+
+@router.post(
+    "/{uid}/evacuate",
+    response={200: EvacuationOut, **responses(*AUTH_ERRORS, 404, 409, 422)},
+    summary="Evacuate a worker",
+)
+def evacuate_worker(request: HttpRequest, uid: Uid):
+    """Drain the worker and move every job pinned to it now: running stages are stopped (fenced)
+    and redone elsewhere in a new execution; a job whose dispatch had not completed is retried by
+    any worker. Jobs targeted at this worker (`required_worker_uid`) stay. 409 when the worker is
+    offline and holds no jobs."""
+    moved = repository.evacuate_worker(uid)
+    return {"jobs_moved": moved, "worker": _one(uid)}

@@ -1,4 +1,4 @@
-"""GET /v2/workers, GET /v2/workers/{uid}, POST /v2/workers/{uid}/drain."""
+"""GET /v2/workers, GET /v2/workers/{uid}, POST /v2/workers/{uid}/drain and /evacuate."""
 
 import pytest
 from django.db import connection
@@ -57,6 +57,7 @@ def test_unknown_workers_are_a_404_in_json(viewer, operator):
         operator.post("/v2/workers/w-ghost/drain"),
         viewer.get("/v2/workers/a%2Fb"),
         operator.post("/v2/workers/a%2Fb/drain"),
+        operator.post("/v2/workers/w-ghost/evacuate"),
     ):
         assert response.status_code == 404
         assert response.json() == {"detail": "worker not found"} or response.json() == {"detail": "not found"}
@@ -87,3 +88,26 @@ def test_an_offline_worker_cannot_be_drained(operator, make_worker_row):
 def test_viewers_may_look_but_not_drain(viewer, worker):
     assert viewer.get(f"/v2/workers/{worker[0]}").status_code == 200
     assert viewer.post(f"/v2/workers/{worker[0]}/drain").status_code == 403
+
+
+def test_evacuate_moves_every_pinned_job_now(operator, viewer, worker, enqueue):
+    uid, session = worker
+    running = enqueue()
+    task = repository.claim(uid, session, "media", 30)
+    assert task.job_id == running
+    assert viewer.post(f"/v2/workers/{uid}/evacuate").status_code == 403
+    response = operator.post(f"/v2/workers/{uid}/evacuate")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["jobs_moved"] == 1 and body["worker"]["lifecycle"] == "draining"
+    entry = operator.get(f"/v2/queue/{running}").json()
+    assert entry["group"] is None and entry["state"] == "pending"
+    assert repository.finish(repository.Lease.of(task, uid, session)).outcome == "rejected"
+
+
+def test_evacuating_an_offline_worker_with_nothing_to_move_is_a_409(operator, make_worker_row):
+    uid, session = make_worker_row("w-left")
+    repository.set_session_lifecycle(uid, session, "offline")
+    response = operator.post(f"/v2/workers/{uid}/evacuate")
+    assert response.status_code == 409
+    assert response.json() == {"detail": "worker w-left is offline and holds no jobs to move"}

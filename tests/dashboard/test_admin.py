@@ -105,6 +105,16 @@ def test_drain_workers_from_the_admin(superuser_client, make_worker_row):
     assert QueueWorker.objects.get(pk=uid).lifecycle == "draining"
 
 
+def test_evacuate_workers_from_the_admin(superuser_client, make_worker_row, enqueue):
+    uid, session = make_worker_row("w-evacuate")
+    job = enqueue("noop", {"seconds": 60})
+    repository.claim(uid, session, "media", 30)
+    response = run_action(superuser_client, QueueWorker, "evacuate_workers", [uid])
+    assert f"Evacuated: {uid} (1 job(s) moved)" in response.content.decode()
+    assert QueueWorker.objects.get(pk=uid).lifecycle == "draining"
+    assert JobSchedule.objects.get(pk=job).execution_id == 2
+
+
 def test_a_staff_viewer_has_no_actions(client, charlie):
     charlie.is_staff = True
     charlie.save()

@@ -208,6 +208,23 @@ def test_drain_and_its_409(operator_client, busy_worker, make_worker_row):
     )
 
 
+def test_evacuate_moves_the_running_job_and_says_how_many(operator_client, busy_worker):
+    uid, job = busy_worker
+    page = operator_client.get(reverse("dashboard:worker", args=[uid])).content.decode()
+    url = reverse("dashboard:worker_evacuate", args=[uid])
+    assert url in page
+    response = operator_client.post(url, HTTP_ACCEPT="application/json")
+    assert response.status_code == 200 and response.json()["jobs_moved"] == 1
+    assert "1 job(s) moved to other workers" in response.json()["detail"]
+    assert Job.objects.get(pk=job).schedule.execution_id == 2
+    again = operator_client.post(url, HTTP_ACCEPT="application/json")
+    assert again.status_code == 200 and again.json()["jobs_moved"] == 0  # draining, nothing left
+    missing = operator_client.post(
+        reverse("dashboard:worker_evacuate", args=["nobody"]), HTTP_ACCEPT="application/json"
+    )
+    assert missing.status_code == 404
+
+
 # --- overview and charts --------------------------------------------------------------------------
 
 
