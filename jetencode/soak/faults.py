@@ -4,8 +4,9 @@ never stop steering the queue, and a prober that replays stale leases on purpose
 - `WorkerProcess`: one `manage.py runworker --uid soak-i` subprocess (restarted with the same uid).
 - `FaultInjector`: at random, SIGKILL a worker (restarted afterwards, now and then only after the
   reassignment threshold), SIGSTOP it past its lease then SIGCONT, SIGTERM it with work running,
-  `pg_terminate_backend` one of its connections (the LISTEN one included), and, on a private
-  instance only, restart PostgreSQL under load (`fast` and `immediate` in turn).
+  drain or evacuate it as an operator would (`repository.drain_worker` / `evacuate_worker`, then
+  SIGTERM and restart), `pg_terminate_backend` one of its connections (the LISTEN one included),
+  and, on a private instance only, restart PostgreSQL under load (`fast` and `immediate` in turn).
 - `OperatorChaos`: moves, pauses, resumes, cancels and reprioritizes jobs through
   `scheduler.repository`, from its own thread.
 - `StaleWriteProber`: remembers leases of running tasks; once a lease is provably stale (its task
@@ -27,6 +28,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from django.db import connection
@@ -86,6 +88,7 @@ class WorkerProcess:
         self.starts = 0
         self.stopped = False  # SIGSTOPped
         self.expected_down = False  # killed or terminated on purpose, waiting for its restart
+        self.draining = False  # drained or evacuated by the operator fault, waiting for its SIGTERM
         self.unexpected_exits: list[int] = []
         self._log = None
 
@@ -122,6 +125,7 @@ class WorkerProcess:
         )
         self.stopped = False
         self.expected_down = False
+        self.draining = False
 
     @property
     def pid(self) -> int | None:
@@ -131,7 +135,7 @@ class WorkerProcess:
         return self.popen is not None and self.popen.poll() is None
 
     def healthy(self) -> bool:
-        return self.alive() and not self.stopped and not self.expected_down
+        return self.alive() and not self.stopped and not self.expected_down and not self.draining
 
     def signal(self, sig: int) -> None:
         if self.popen is None:
@@ -186,17 +190,26 @@ class WorkerProcess:
 
 class FaultInjector(threading.Thread):
     """Injects one fault every `interval` seconds on average; at most `max_disabled` workers are
-    down or frozen at once, so somebody is always there to recover the rest."""
+    down, frozen or draining at once, so somebody is always there to recover the rest.
+
+    Each kind in `ensure` happens at least once per run: when `window` (the length of the fault
+    window, seconds) is known and one of them has not come up by `ensure_after` of it, it is the
+    next fault that may disable a worker."""
 
     KINDS = {
         "sigkill": 2,
         "sigkill_in_finish": 1,
         "sigstop": 2,
         "sigterm": 1,
+        "drain": 1,
+        "evacuate": 1,
         "pg_terminate_backend": 3,
         "pg_terminate_listen": 1,
         "postgres_restart": 1,
     }
+    # Faults that take a worker out of service for a while (bounded by max_disabled).
+    DISABLING = ("sigkill", "sigkill_in_finish", "sigstop", "sigterm", "drain", "evacuate")
+    ENSURE = ("drain", "evacuate")
 
     def __init__(
         self,
@@ -213,6 +226,9 @@ class FaultInjector(threading.Thread):
         restart_every: float = 12.0,
         kinds: dict[str, int] | None = None,
         on_event: Callable[[str], None] | None = None,
+        window: float | None = None,
+        ensure: tuple[str, ...] = ENSURE,
+        ensure_after: float = 0.1,
     ):
         super().__init__(name="soak-faults", daemon=True)
         self.workers = workers
@@ -239,36 +255,48 @@ class FaultInjector(threading.Thread):
         self._admin: psycopg.Connection | None = None
         self.on_event = on_event or (lambda text: log.info(text))
         self.errors: list[str] = []
+        self.window = window
+        self.ensure = tuple(k for k in ensure if k in self.kinds)
+        self.ensure_after = ensure_after
+        self._window_started = time.monotonic()
+        # Operator faults (drain, evacuate): ok / refused / error, like the operators' controls.
+        self.outcomes: dict[str, Counter[str]] = defaultdict(Counter)
+        self.failures: Counter[str] = Counter()  # database errors of those controls: a finding
+        self.evacuated_jobs = 0  # what evacuate_worker said it moved
 
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        next_fault = time.monotonic() + self.rng.expovariate(1 / self.interval)
-        while not self.stop_event.is_set():
-            now = time.monotonic()
-            self._run_due(now)
-            self._watch_exits()
-            if now >= next_fault:
-                try:
-                    self._inject()
-                except Exception as exc:  # a fault that could not be injected is not a finding
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-                next_fault = now + self.rng.expovariate(1 / self.interval)
-            self.stop_event.wait(0.05)
-        self.heal()
-        if self._admin is not None:
-            self._admin.close()
+        self._window_started = time.monotonic()
+        next_fault = self._window_started + self.rng.expovariate(1 / self.interval)
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                self._run_due(now)
+                self._watch_exits()
+                if now >= next_fault:
+                    try:
+                        self._inject()
+                    except Exception as exc:  # a fault that could not be injected is not a finding
+                        self.errors.append(f"{type(exc).__name__}: {exc}")
+                    next_fault = now + self.rng.expovariate(1 / self.interval)
+                self.stop_event.wait(0.05)
+            self.heal()
+        finally:
+            if self._admin is not None:
+                self._admin.close()
+            reset_django_connection()  # the drain and evacuate controls go through Django
 
     def stop(self) -> None:
         self.stop_event.set()
         self.join(60)
 
     def heal(self) -> None:
-        """Undo every pending fault now: SIGCONT the frozen, restart the dead."""
+        """Undo every pending fault now: SIGCONT the frozen, restart the dead and the drained."""
         with self._lock:
             due, self._due = self._due, []
         for _, action, worker in due:
-            self._apply(action, worker)
+            self._apply(action, worker, healing=True)
         for worker in self.workers:
             if worker.stopped:
                 worker.sigcont()
@@ -282,7 +310,7 @@ class FaultInjector(threading.Thread):
         for _, action, worker in ready:
             self._apply(action, worker)
 
-    def _apply(self, action: str, worker: WorkerProcess) -> None:
+    def _apply(self, action: str, worker: WorkerProcess, healing: bool = False) -> None:
         if action == "sigcont":
             worker.sigcont()
             self.on_event(f"SIGCONT {worker.uid}")
@@ -291,6 +319,17 @@ class FaultInjector(threading.Thread):
                 worker.kill()
             worker.start()
             self.on_event(f"restarted {worker.uid}")
+        elif action == "sigterm_restart":  # the end of an operator drain or evacuation
+            worker.terminate()
+            self.on_event(f"SIGTERM {worker.uid} (drained by the operator)")
+            if healing:  # no loop left to run a later restart: let it drain, then start it
+                try:
+                    worker.popen.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+                self._apply("restart", worker)
+            else:
+                self._schedule(self.rng.uniform(1.5, 3.0), "restart", worker)
 
     def _watch_exits(self) -> None:
         for worker in self.workers:
@@ -308,13 +347,21 @@ class FaultInjector(threading.Thread):
     def _inject(self) -> None:
         kinds = dict(self.kinds)
         if self._disabled() >= self.max_disabled:
-            for kind in ("sigkill", "sigkill_in_finish", "sigstop", "sigterm"):
+            for kind in self.DISABLING:
                 kinds.pop(kind, None)
         if "postgres_restart" in kinds and time.monotonic() - self._last_restart < self.restart_every:
             kinds.pop("postgres_restart")
         if not kinds:
             return
-        kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
+        missing = [k for k in self.ensure if k in kinds and not self.counts[k]]
+        if (
+            missing
+            and self.window
+            and time.monotonic() - self._window_started >= self.ensure_after * self.window
+        ):
+            kind = self.rng.choice(missing)
+        else:
+            kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
         getattr(self, f"_fault_{kind}")()
 
     def _pick_healthy(self) -> WorkerProcess | None:
@@ -396,6 +443,61 @@ class FaultInjector(threading.Thread):
         self._schedule(self.rng.uniform(1.5, 3.0), "restart", worker)
         self.counts["sigterm"] += 1
         self.on_event(f"SIGTERM {worker.uid}")
+
+    def _pick_registered(self) -> WorkerProcess | None:
+        """A healthy worker whose current process has registered and is active in the database (a
+        drain of a process still starting up would be undone by its registration)."""
+        try:
+            rows = (
+                self._admin_conn()
+                .execute("SELECT uid, pid FROM queue_workers WHERE lifecycle = 'active'")
+                .fetchall()
+            )
+        except psycopg.Error:
+            self._admin = None
+            return None
+        active = dict(rows)
+        ready = [w for w in self.workers if w.healthy() and active.get(w.uid) == w.pid]
+        return self.rng.choice(ready) if ready else None
+
+    def _operator_fault(self, kind: str, control: Callable[[str], Any], wait: tuple[float, float]) -> None:
+        """Drain or evacuate a live worker through the repository (what the API, the dashboard and
+        the admin call), then SIGTERM it `wait` seconds later and restart it with the same uid: a
+        drained worker claims nothing until a new process registers."""
+        worker = self._pick_registered()
+        if worker is None:
+            return
+        self.counts[kind] += 1
+        answer = None
+        try:
+            answer = control(worker.uid)
+        except (repository.ActionNotAllowed, repository.JobNotFound) as exc:
+            self.outcomes[kind]["refused"] += 1
+            self.on_event(f"{kind} {worker.uid} refused: {exc}")
+            return
+        except _connection_errors():  # it may have committed: treat the worker as drained
+            reset_django_connection()
+            self.outcomes[kind]["error"] += 1
+        except _db_errors() as exc:
+            reset_django_connection()
+            self.outcomes[kind]["error"] += 1
+            self.failures[f"{kind}: {describe_error(exc)}"] += 1
+        else:
+            self.outcomes[kind]["ok"] += 1
+        worker.draining = True
+        delay = self.rng.uniform(*wait)
+        self._schedule(delay, "sigterm_restart", worker)
+        moved = f", {answer} job(s) moved" if kind == "evacuate" and answer is not None else ""
+        if moved:
+            self.evacuated_jobs += answer
+        self.on_event(f"{kind} {worker.uid}{moved} (SIGTERM in {delay:.1f}s)")
+
+    def _fault_drain(self) -> None:
+        # Long enough for some of its stages to end and their jobs to move while it drains.
+        self._operator_fault("drain", repository.drain_worker, (0.5, 3.0))
+
+    def _fault_evacuate(self) -> None:
+        self._operator_fault("evacuate", repository.evacuate_worker, (0.2, 1.5))
 
     def _admin_conn(self) -> psycopg.Connection:
         if self._admin is None or self._admin.closed or self._admin.broken:

@@ -9,8 +9,10 @@ Phases:
 1. start N `manage.py runworker --uid soak-i` processes with short timings and wait until they
    registered;
 2. load: enqueue `jobs` noop jobs (random seconds, fail_attempts, children, max_attempts, priority)
-   spread over `duration` seconds, while the fault injector, the operators and the stale-write
-   prober run, and a monitor samples "nothing running past its lease" every second;
+   spread over `duration` seconds, while the fault injector (worker faults, operator drains and
+   evacuations, connection kills, PostgreSQL restarts), the operators and the stale-write prober
+   run, and a monitor samples "nothing running past its lease" and "no idle job left pinned to a
+   draining or lost worker" every second;
 3. heal (SIGCONT and restart every worker), resume every paused job, and wait until every job is
    terminal;
 4. stop the workers (SIGTERM), check every invariant in SQL, print the figures.
@@ -44,7 +46,7 @@ from jetencode.soak.faults import (
     _connection_errors,
     reset_django_connection,
 )
-from scheduler import repository
+from scheduler import queries, repository
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -106,6 +108,9 @@ class SoakReport:
     rejection_reasons: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     fault_details: dict[str, int] = field(default_factory=dict)
+    fault_outcomes: dict[str, dict[str, int]] = field(default_factory=dict)  # drain, evacuate
+    evacuated_jobs: int = 0  # jobs the evacuations moved at once
+    reassignments: dict[str, int] = field(default_factory=dict)  # queries.reassignments(): by cause
     postgres_restart_seconds: list[float] = field(default_factory=list)
     operators: dict[str, dict[str, int]] = field(default_factory=dict)
     operator_failures: dict[str, int] = field(default_factory=dict)
@@ -115,6 +120,8 @@ class SoakReport:
     probes_accepted: list[Any] = field(default_factory=list)
     stuck_samples: int = 0
     stuck_tasks: list[Any] = field(default_factory=list)
+    pinned_samples: int = 0
+    pinned_jobs: list[Any] = field(default_factory=list)
     worker_starts: int = 0
     unexpected_worker_exits: int = 0
     harness_notes: list[str] = field(default_factory=list)
@@ -147,7 +154,8 @@ class SoakReport:
         states = ", ".join(f"{n} {s}" for s, n in sorted(self.task_states.items(), key=lambda kv: -kv[1]))
         lines.append(
             f"  stages        {self.tasks} tasks ({states}); {self.children} children; "
-            f"{self.attempts} attempts; {self.reexecuted_jobs} jobs re-executed after losing their worker"
+            f"{self.attempts} attempts; {self.reexecuted_jobs} jobs re-executed (moved off their worker or "
+            "redispatched)"
         )
         accepted = {op: v.get("accepted", 0) for op, v in self.audit.items()}
         lines.append(
@@ -166,6 +174,26 @@ class SoakReport:
                 "                PostgreSQL down for "
                 + ", ".join(f"{s:.2f}s" for s in self.postgres_restart_seconds)
             )
+        controls = []
+        for kind in ("drain", "evacuate"):
+            outcomes = self.fault_outcomes.get(kind, {})
+            text = f"{kind} {self.faults.get(kind, 0)}"
+            if outcomes:
+                text += " (" + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) + ")"
+            controls.append(text)
+        lines.append(
+            "  failover      "
+            + ", ".join(controls)
+            + (
+                f"; the evacuations moved {self.evacuated_jobs} jobs at once"
+                if self.faults.get("evacuate")
+                else ""
+            )
+        )
+        lines.append(
+            "                reassignments by cause: "
+            + (", ".join(f"{k} {v}" for k, v in self.reassignments.items()) or "none")
+        )
         lines.append(
             f"  workers       {self.worker_starts} process starts, {self.unexpected_worker_exits} unexpected exits"
         )
@@ -197,7 +225,10 @@ class SoakReport:
             f"  probes        {sent} stale writes sent on purpose: {self.probes_rejected} rejected, "
             f"{self.probes_replayed} answered as idempotent replays, {len(self.probes_accepted)} accepted"
         )
-        lines.append(f"  monitor       {self.stuck_samples} samples of 'running past lease' with a violation")
+        lines.append(
+            f"  monitor       {self.stuck_samples} samples of 'running past lease' and {self.pinned_samples} of "
+            "'pinned to a departed worker' with a violation"
+        )
         for note in self.harness_notes:
             lines.append(f"  note          {note}")
         passed = sum(1 for r in self.invariants if r["violations"] == 0 and not r.get("skipped"))
@@ -277,18 +308,58 @@ class RetryDelayScale:
 
 
 class Monitor(threading.Thread):
-    """Samples 'nothing running past lease + recovery + slack' every second, on its own connection."""
+    """Samples every second, on its own connection: nothing running past lease + recovery + slack,
+    and no idle job pinned to a draining worker for longer than recovery + slack, or to a silent one
+    past its failover delay (the lease, or the reassignment delay with local work) + recovery + slack.
+    """
 
-    def __init__(self, url: str, grace: float, out: Callable[[str], None], jobs_target: Callable[[], int]):
+    def __init__(
+        self,
+        url: str,
+        grace: float,
+        out: Callable[[str], None],
+        jobs_target: Callable[[], int],
+        *,
+        lease: float = 3.0,
+        reassign_after: float = 10.0,
+    ):
         super().__init__(name="soak-monitor", daemon=True)
         self.url = url
         self.grace = grace
         self.out = out
         self.jobs_target = jobs_target
+        self.lease = lease
+        self.reassign_after = reassign_after
         self.stop_event = threading.Event()
         self.violating_samples = 0
         self.stuck: dict[int, Any] = {}
+        self.pinned_samples = 0
+        self.pinned: dict[Any, Any] = {}  # job id -> (job, worker, why, seconds)
+        self._draining_since: dict[tuple, float] = {}  # (job, worker, session) -> first seen
         self.started = time.monotonic()
+
+    def _sample_pinned(self, cursor) -> int:
+        rows = invariants.pinned_to_departed_workers(cursor, self.lease, self.reassign_after, self.grace)
+        now = time.monotonic()
+        seen: dict[tuple, float] = {}
+        overdue = []
+        for job, uid, session, why, seconds in rows:
+            if why == "draining":
+                key = (job, uid, session)
+                seen[key] = self._draining_since.get(key, now)
+                waited = now - seen[key]
+                if waited > self.grace:
+                    overdue.append(
+                        (str(job), uid, "idle on a draining worker", round(waited - self.grace, 1))
+                    )
+            else:
+                overdue.append((str(job), uid, "idle on a silent worker", float(seconds)))
+        self._draining_since = seen
+        for item in overdue:
+            self.pinned[item[0]] = item
+        if overdue:
+            self.pinned_samples += 1
+        return len(overdue)
 
     def run(self) -> None:
         conn = None
@@ -308,6 +379,7 @@ class Monitor(threading.Thread):
                         self.violating_samples += 1
                         for task_id, uid, seconds in rows:
                             self.stuck[task_id] = (task_id, uid, float(seconds))
+                    pinned = self._sample_pinned(cursor)
                     if time.monotonic() - last_report >= 5:
                         last_report = time.monotonic()
                         cursor.execute("SELECT status, count(*) FROM jobs GROUP BY status")
@@ -318,6 +390,7 @@ class Monitor(threading.Thread):
                             f"terminal; "
                             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k not in TERMINAL)
                             + (f"; {len(rows)} stuck" if rows else "")
+                            + (f"; {pinned} left pinned" if pinned else "")
                         )
             except psycopg.Error:
                 conn = None
@@ -409,7 +482,14 @@ def run_soak(
     ]
     dbname = _fetch("SELECT current_database()")[0][0]
     enqueued: list[Any] = []
-    monitor = Monitor(database_url, config.recovery_interval + config.slack, out, lambda: len(enqueued))
+    monitor = Monitor(
+        database_url,
+        config.recovery_interval + config.slack,
+        out,
+        lambda: len(enqueued),
+        lease=config.lease,
+        reassign_after=config.reassign_after,
+    )
     injector = chaos = prober = None
     try:
         with RetryDelayScale(config.retry_delay_scale):
@@ -433,6 +513,7 @@ def run_soak(
                     private_pg=private_pg,
                     restart_every=config.restart_every,
                     on_event=lambda text: out(f"  fault: {text}"),
+                    window=config.duration,
                 )
                 injector.start()
             if config.operators:
@@ -506,12 +587,32 @@ def run_soak(
                 passed=True,
             )
         )
+    report.invariants.append(
+        dict(
+            name="pinned_jobs_move_sampled",
+            description=f"sampled every second during the run: no idle job stayed pinned to a draining worker "
+            f"past {config.recovery_interval:g}s + {config.slack:g}s, nor to a silent one past its failover delay "
+            f"({config.lease:g}s, {config.reassign_after:g}s with local work) + {config.recovery_interval:g}s + "
+            f"{config.slack:g}s",
+            violations=len(monitor.pinned),
+            examples=list(monitor.pinned.values())[:5],
+            checked=None,
+            skipped=None,
+            passed=not monitor.pinned,
+        )
+    )
     report.stuck_samples = monitor.violating_samples
     report.stuck_tasks = list(monitor.stuck.values())[:20]
+    report.pinned_samples = monitor.pinned_samples
+    report.pinned_jobs = list(monitor.pinned.values())[:20]
     _figures(report)
     if injector is not None:
         report.faults = dict(injector.counts)
         report.fault_details = dict(injector.details)
+        report.fault_outcomes = {k: dict(v) for k, v in injector.outcomes.items()}
+        report.evacuated_jobs = injector.evacuated_jobs
+        if injector.failures:
+            report.harness_notes.append(f"drain/evacuate database errors: {dict(injector.failures)}")
         report.postgres_restart_seconds = [round(s, 2) for s in injector.restart_seconds]
         report.harness_notes += [f"fault not injected: {e}" for e in injector.errors[:5]]
     if chaos is not None:
@@ -618,6 +719,7 @@ def _figures(report: SoakReport) -> None:
         ):
             audit.setdefault(operation, {})["accepted" if accepted else "rejected"] = n
         report.audit = audit
+        report.reassignments = queries.reassignments()
         report.rejection_reasons = dict(
             Counter(
                 dict(

@@ -246,20 +246,28 @@ def one_conclusion_per_attempt(cursor) -> InvariantResult:
     )
 
 
+# What the failover functions write into the stages they fail when a job has lost its worker
+# max_attempts times (release_job_v2): a policy, not a stage giving up early.
+LOST_WORKER_FAILURE = "%: the job has lost its worker % times"  # a LIKE pattern (a parameter)
+
+
 def failures_exhaust_attempts(cursor) -> InvariantResult:
     """A `noop` stage only fails for good after its last attempt (it has no permanent failures
-    with valid params), so nothing gives up early and nothing retries forever."""
+    with valid params), so nothing gives up early and nothing retries forever. The one exception:
+    a job that lost its worker max_attempts times fails its waiting stages whatever their attempt
+    (so a stage that kills every worker it runs on cannot loop through the farm)."""
     query = """
       SELECT id, attempt, max_attempts FROM queue_tasks
        WHERE task_type = 'noop' AND state = 'failed' AND attempt < max_attempts
+         AND coalesce(last_failure, '') NOT LIKE %s
        ORDER BY id
     """
     return _result(
         cursor,
         "failures_exhaust_attempts",
-        "a noop stage fails for good only on its last attempt",
+        "a noop stage fails for good only on its last attempt (or when its job lost its worker too often)",
         query,
-        (),
+        [LOST_WORKER_FAILURE],
         "SELECT count(*) FROM queue_tasks WHERE task_type = 'noop' AND state = 'failed'",
     )
 
@@ -438,6 +446,49 @@ def no_stale_write_accepted(
     return result
 
 
+def no_write_to_superseded_execution(cursor) -> InvariantResult:
+    """Once a job has moved to a new execution (a lost worker, a drain or an evacuation, a
+    redispatch), nothing more of the old one takes effect: every task of a superseded execution is
+    completed (before the move) or cancelled (by it), and no write on a task of execution e is
+    accepted after the first audited write of a later execution of the same job.
+
+    Audit order works across the tasks of one job: every fenced write and the recovery loop lock the
+    job's schedule row before they write their audit row, and the move itself locks that row too, so
+    the first audit row of execution e+1 comes after the move has committed, and any accepted write
+    of execution e after it is one the fence let through although the execution had changed.
+    Webhook deliveries (cluster placement) are left out: they report a status the job had, and may
+    be delivered after it moved on."""
+    query = """
+      WITH firsts AS (
+        SELECT a.job_id, a.execution_id, min(a.id) AS first_id FROM queue_fence_audit a
+         GROUP BY a.job_id, a.execution_id)
+      SELECT a.task_id, a.id, a.operation || ' accepted in execution ' || a.execution_id
+                              || ' after execution ' || f.execution_id || ' began'
+        FROM queue_fence_audit a
+        JOIN queue_tasks q ON q.id = a.task_id AND q.placement <> 'cluster'
+        JOIN LATERAL (SELECT f.execution_id FROM firsts f
+                       WHERE f.job_id = a.job_id AND f.execution_id > a.execution_id AND f.first_id < a.id
+                       ORDER BY f.first_id LIMIT 1) f ON true
+       WHERE a.accepted AND a.operation IN ('finish', 'fail', 'release', 'publish', 'progress', 'recover')
+      UNION ALL
+      SELECT q.id, NULL, 'task of superseded execution ' || q.execution_id || ' (now ' || s.execution_id
+                         || ') is ' || q.state
+        FROM queue_tasks q JOIN job_schedule s ON s.job_id = q.job_id
+       WHERE q.execution_id < s.execution_id AND q.placement <> 'cluster'
+         AND q.state NOT IN ('completed', 'cancelled')
+       ORDER BY 1
+    """
+    return _result(
+        cursor,
+        "no_write_to_superseded_execution",
+        "a superseded execution is closed: its tasks completed or cancelled, no write accepted after the next began",
+        query,
+        (),
+        "SELECT count(*) FROM queue_tasks q JOIN job_schedule s ON s.job_id = q.job_id "
+        "WHERE q.execution_id < s.execution_id AND q.placement <> 'cluster'",
+    )
+
+
 # ---- outputs ----------------------------------------------------------------------------------------
 
 
@@ -497,6 +548,7 @@ def check_all(
         exact_children(cursor),
         children_only_from_completed_parents(cursor),
         no_stale_write_accepted(cursor, probe_violations, probe_examples),
+        no_write_to_superseded_execution(cursor),
         outputs_published_once(cursor),
     ]
     return results
@@ -514,4 +566,45 @@ def stuck_running(cursor, grace_seconds: float) -> list[tuple]:
        ORDER BY lease_expires_at LIMIT 20
     """,
         [grace_seconds],
+    )
+
+
+def pinned_to_departed_workers(
+    cursor, lease_seconds: float, reassign_after: float, grace_seconds: float
+) -> list[tuple]:
+    """Idle jobs that should be moving off their worker (sampled during a soak): unfinished, not
+    cancelling, not targeted, nothing running in the current execution, and pinned to a worker that
+    is draining, or silent longer than its failover delay (the lease without local work,
+    `reassign_after` with it: a completed job-placement stage) + `grace_seconds`. Silence is counted
+    from PostgreSQL's start when the server itself was down.
+
+    Returns (job id, worker uid, session, 'draining' or 'silent', seconds): for a draining worker the
+    seconds are left to the caller (None: it knows since when it has seen the pair); for a silent
+    one they say how far past its bound the job is."""
+    return _rows(
+        cursor,
+        """
+      WITH idle AS (
+        SELECT s.job_id, s.execution_id, w.uid, w.current_session_id, w.lifecycle,
+               greatest(w.last_heartbeat_at, pg_postmaster_start_time()) AS heard_at,
+               EXISTS (SELECT 1 FROM queue_tasks q WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id
+                                                  AND q.state = 'completed' AND q.placement = 'job') AS local_work
+          FROM job_schedule s
+          JOIN queue_workers w ON w.uid = s.assigned_worker_uid
+          JOIN jobs j ON j.id = s.job_id
+         WHERE j.status IN ('pending', 'retry_wait', 'paused')
+           AND s.cancel_requested_at IS NULL AND s.required_worker_uid IS NULL
+           AND NOT EXISTS (SELECT 1 FROM queue_tasks q WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id
+                                                         AND q.state = 'running' AND q.placement <> 'cluster'))
+      SELECT job_id, uid, current_session_id, 'draining', NULL::numeric FROM idle WHERE lifecycle = 'draining'
+      UNION ALL
+      SELECT job_id, uid, current_session_id, 'silent',
+             round(extract(epoch FROM now() - heard_at)::numeric
+                   - CASE WHEN local_work THEN %s ELSE %s END - %s, 1)
+        FROM idle
+       WHERE lifecycle <> 'draining'
+         AND heard_at < now() - make_interval(secs => CASE WHEN local_work THEN %s ELSE %s END + %s)
+       ORDER BY 1 LIMIT 50
+    """,
+        [reassign_after, lease_seconds, grace_seconds, reassign_after, lease_seconds, grace_seconds],
     )

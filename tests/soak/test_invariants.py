@@ -340,3 +340,110 @@ def test_an_output_of_a_task_that_did_not_complete(worker, enqueue):
     _output(task.id)
     result = _failed(_check(invariants.outputs_published_once))
     assert "is failed" in str(result.examples)
+
+
+# ---- failover: superseded executions, pinned jobs ------------------------------------------------------------
+
+
+@pytest.fixture
+def evacuated(make_worker_row, enqueue):
+    """A noop job whose dispatch completed on worker A with one child, the child running on A when an
+    operator evacuated A: the child is cancelled, execution 2 dispatched on B and completed there."""
+    a, b = make_worker_row("w-inv-a"), make_worker_row("w-inv-b")
+    job = enqueue("noop", {"seconds": 0, "children": 1})
+    parent = claim(a)
+    child = [repository.Child("noop", {"seconds": 0, "children": 0})]
+    assert repository.finish(lease_of(parent, a), children=child).outcome == "completed"
+    kid = claim(a)
+    assert repository.evacuate_worker(a[0]) == 1
+    assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 2
+    assert repository.finish(lease_of(kid, a)).outcome == "rejected"  # fenced out
+    second = claim(b)
+    assert second.execution_id == 2
+    assert repository.finish(lease_of(second, b), children=child).outcome == "completed"
+    assert repository.finish(lease_of(claim(b), b)).outcome == "completed"
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "completed"
+    return job, parent, kid
+
+
+def test_an_evacuated_job_passes_every_invariant(evacuated):
+    job, _, _ = evacuated
+    with connection.cursor() as cursor:
+        results = invariants.check_all(cursor, expected_job_ids=[job], recovery_interval=0.5, slack=5)
+    assert [r.line() for r in results if not r.passed] == []
+    superseded = next(r for r in results if r.name == "no_write_to_superseded_execution")
+    assert superseded.checked == 2  # the old dispatch (completed) and its child (cancelled)
+
+
+def test_a_write_accepted_in_a_superseded_execution_after_the_next_began(evacuated):
+    _, _, kid = evacuated
+    _audit(kid.id, "progress", True, kid.lease_token)  # what a fence blind to the execution would let in
+    result = _failed(_check(invariants.no_write_to_superseded_execution))
+    assert "progress accepted in execution 1 after execution 2 began" in str(result.examples)
+
+
+def test_a_task_of_a_superseded_execution_that_runs_again(evacuated):
+    _, _, kid = evacuated
+    sql("UPDATE queue_tasks SET state = 'pending' WHERE id = %s", [kid.id])
+    result = _failed(_check(invariants.no_write_to_superseded_execution))
+    assert "superseded execution 1 (now 2) is pending" in str(result.examples)
+
+
+def test_stages_failed_because_their_job_lost_its_worker_too_often_are_not_early_failures(worker, enqueue):
+    enqueue("noop", {}, max_attempts=2)
+    task = claim(worker)
+    repository.release(lease_of(task, worker), "handed back")
+    sql(
+        "UPDATE queue_tasks SET state = 'failed', finished_at = now(), last_failure = "
+        "'worker w lost (no heartbeat for 4s, no local work): the job has lost its worker 2 times' WHERE id = %s",
+        [task.id],
+    )
+    assert _check(invariants.failures_exhaust_attempts).passed
+    sql("UPDATE queue_tasks SET last_failure = 'boom' WHERE id = %s", [task.id])
+    _failed(_check(invariants.failures_exhaust_attempts))
+
+
+def _pinned_idle_job(worker, enqueue, children=1, completed_children=0):
+    """A job whose dispatch completed on `worker` with children waiting: pinned to it, idle. With
+    `completed_children`, some of them completed there first (local work)."""
+    job = enqueue("noop", {"seconds": 0, "children": children})
+    parent = claim(worker)
+    kids = [repository.Child("noop", {"seconds": 0, "children": 0})] * children
+    assert repository.finish(lease_of(parent, worker), children=kids).outcome == "completed"
+    for _ in range(completed_children):
+        assert repository.finish(lease_of(claim(worker), worker)).outcome == "completed"
+    assert one("SELECT assigned_worker_uid FROM job_schedule WHERE job_id = %s", [job]) == worker[0]
+    assert one("SELECT status FROM jobs WHERE id = %s", [job]) == "pending"
+    return job
+
+
+def _pinned(*args):
+    return [(r[0], r[1], r[3]) for r in _check(invariants.pinned_to_departed_workers, *args)]
+
+
+def test_an_idle_job_left_pinned_to_a_draining_worker_is_reported(make_worker_row, enqueue):
+    a, b = make_worker_row("w-inv-a"), make_worker_row("w-inv-b")
+    on_a, on_b = _pinned_idle_job(a, enqueue), _pinned_idle_job(b, enqueue)
+    assert _pinned(3, 10, 5) == []
+    repository.drain_worker(a[0])  # moves its idle job at once
+    assert one("SELECT assigned_worker_uid FROM job_schedule WHERE job_id = %s", [on_a]) is None
+    assert _pinned(3, 10, 5) == []
+    # What a drain that forgot to release would leave: a draining worker with an idle pinned job.
+    sql("UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = %s", [b[0]])
+    assert _pinned(3, 10, 5) == [(on_b, b[0], "draining")]
+
+
+def test_an_idle_job_left_pinned_to_a_silent_worker_is_reported(make_worker_row, enqueue):
+    if not one("SELECT now() - pg_postmaster_start_time() > interval '20 seconds'"):
+        pytest.skip("the server started less than 20 s ago")
+    a, b = make_worker_row("w-inv-a"), make_worker_row("w-inv-b")
+    dispatched = _pinned_idle_job(a, enqueue)  # only its dispatch completed: no local work
+    local = _pinned_idle_job(b, enqueue, children=2, completed_children=1)
+    silent = "UPDATE queue_workers SET last_heartbeat_at = now() - make_interval(secs => %s)"
+    sql(silent, [2])
+    assert _pinned(3, 10, 1) == []
+    # Silent for 8 s: past the lease (3 s) + grace (1 s) without local work, within 10 s + 1 s with it.
+    sql(silent, [8])
+    assert _pinned(3, 10, 1) == [(dispatched, a[0], "silent")]
+    sql(silent, [12])
+    assert sorted(_pinned(3, 10, 1)) == sorted([(dispatched, a[0], "silent"), (local, b[0], "silent")])

@@ -1,7 +1,10 @@
 """The soak, CI-sized, inside the suite: three real worker processes over a few hundred noop jobs
 for about twenty seconds of load while every fault is injected — SIGKILL (also inside a finish),
-SIGSTOP past the lease, SIGTERM, pg_terminate_backend (the LISTEN connection included), PostgreSQL
+SIGSTOP past the lease, SIGTERM, an operator's drain and evacuation of a live worker (each followed
+by a SIGTERM and a restart), pg_terminate_backend (the LISTEN connection included), PostgreSQL
 restarts — and operators steer the queue; then the queue drains and every invariant is checked in SQL.
+The injector makes sure a drain and an evacuation come up in every run (after a tenth of the window
+at the latest), so the counts below are asserted, not hoped for.
 
 The PostgreSQL restarts need a server of our own (restarting the shared one would break everybody
 else's connections), so the test points Django's connection at a private instance for the run and
@@ -69,6 +72,13 @@ def test_soak_with_every_fault(private_database):
     assert report.faults.get("postgres_restart", 0) >= 1, summary
     assert report.faults.get("pg_terminate_backend", 0) >= 1, summary
     assert sum(report.faults.values()) >= 8, summary
+    # Failover: a drain and an evacuation of a live worker went through, and jobs moved.
+    assert report.fault_outcomes.get("drain", {}).get("ok", 0) >= 1, summary
+    assert report.fault_outcomes.get("evacuate", {}).get("ok", 0) >= 1, summary
+    assert set(report.reassignments) >= {"drained", "evacuated", "lost_in_dispatch", "lost_after_delay"}, (
+        summary
+    )
+    assert report.reassignments["drained"] + report.reassignments["evacuated"] >= 1, summary
     assert sum(report.probes_sent.values()) > 0 and report.probes_accepted == []
     assert sum(sum(v.values()) for v in report.operators.values()) > 0
     assert report.job_status.get("completed", 0) > 50
