@@ -16,14 +16,8 @@ SELECT
   CASE
     WHEN j.status NOT IN ('pending', 'retry_wait', 'paused') THEN NULL
     WHEN s.paused THEN 'paused by an operator'
-    WHEN rt.state = 'retry_wait' AND rt.available_at > now()
-      THEN 'retry backoff after attempt ' || rt.attempt || ' until ' || to_char(rt.available_at AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC'
-    WHEN rt.state = 'blocked' THEN 'waiting for sibling stages to complete'
-    WHEN s.execution_mode = 'dedicated' AND NOT EXISTS (
-           SELECT 1 FROM queue_workers w WHERE w.reservation_id = s.reservation_id AND w.lifecycle = 'active'
-             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
-      THEN 'waiting for its reserved worker'
-    -- Pinned to a worker that is draining or silent: what the failover rules will do (release_jobs_v2).
+    -- Pinned to a worker that is draining or silent: what the failover rules will do (release_jobs_v2);
+    -- this matters more than a retry backoff, which ends sooner and would not let the job run anyway.
     WHEN s.assigned_worker_uid IS NOT NULL AND s.required_worker_uid IS NULL AND NOT EXISTS (
            SELECT 1 FROM queue_workers w WHERE w.uid = s.assigned_worker_uid
              AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(lost)s))
@@ -39,6 +33,13 @@ SELECT
                END
           FROM queue_workers w WHERE w.uid = s.assigned_worker_uid),
         'waiting for worker ' || s.assigned_worker_uid || ', which is unknown')
+    WHEN rt.state = 'retry_wait' AND rt.available_at > now()
+      THEN 'retry backoff after attempt ' || rt.attempt || ' until ' || to_char(rt.available_at AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC'
+    WHEN rt.state = 'blocked' THEN 'waiting for sibling stages to complete'
+    WHEN s.execution_mode = 'dedicated' AND NOT EXISTS (
+           SELECT 1 FROM queue_workers w WHERE w.reservation_id = s.reservation_id AND w.lifecycle = 'active'
+             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
+      THEN 'waiting for its reserved worker'
     WHEN coalesce(s.assigned_worker_uid, s.required_worker_uid) IS NOT NULL AND NOT EXISTS (
            SELECT 1 FROM queue_workers w WHERE w.uid = coalesce(s.assigned_worker_uid, s.required_worker_uid)
              AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from workers.stages.base import PermanentFailure, PublishSpec, stage
+from workers.stages.base import ChildSpec, PermanentFailure, PublishSpec, stage
 
 # A child that starts a grandchild in its own process group (so only a group kill reaches it),
 # prints both pids, then ticks on stdout (or stays silent, to trip the stall watchdog).
@@ -66,3 +66,40 @@ def crash(ctx) -> None:
     if ctx.job_params.get("permanent"):
         raise PermanentFailure("bad input: this cannot work")
     raise RuntimeError("boom")
+
+
+def _sleep_checking(ctx, seconds: float) -> None:
+    """Sleep in small steps, reporting progress (a fenced write: a lost lease raises LeaseLost)."""
+    import time
+
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(0.2, left))
+        ctx.progress(100.0 * (1 - max(0.0, end - time.monotonic()) / seconds))
+
+
+@stage("test.fanout")
+def fanout(ctx) -> dict:
+    """A dispatch that spawns `children` test.leaf stages (job placement, so they run where the
+    dispatch ran). Attempt 1 of execution 1 sleeps `dispatch_seconds`: the failover tests lose it."""
+    params = ctx.job_params
+    if ctx.execution_id == 1 and ctx.attempt == 1:
+        _sleep_checking(ctx, float(params.get("dispatch_seconds", 0)))
+    for _ in range(int(params.get("children", 2))):
+        ctx.spawn_child(ChildSpec("test.leaf", {}))
+    return {"children": int(params.get("children", 2))}
+
+
+@stage("test.leaf")
+def leaf(ctx) -> dict:
+    """Sleeps `leaf_seconds[index]` on its first attempt in execution 1 (0.2 s otherwise), then
+    publishes leaf-<index>.txt from the workspace."""
+    index = int(ctx.payload["index"])
+    slow = ctx.job_params.get("leaf_seconds") or []
+    first = ctx.execution_id == 1 and ctx.attempt == 1
+    _sleep_checking(ctx, float(slow[index]) if first and index < len(slow) else 0.2)
+    path = Path(ctx.workspace) / f"leaf-{index}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"leaf {index} of execution {ctx.execution_id}\n")
+    ctx.publish_file(PublishSpec(source=path, name=f"leaf-{index}.txt", kind="data"))
+    return {"index": index}

@@ -21,7 +21,8 @@ TIMING = {
     "JETENCODE_RECOVERY_INTERVAL_SECONDS": "1",
     "JETENCODE_POLL_SECONDS": "0.5",
     "JETENCODE_STALE_WORKER_SECONDS": "3",
-    "JETENCODE_REASSIGN_AFTER_SECONDS": "3",
+    # JETENCODE_REASSIGN_AFTER_SECONDS keeps its default (120 s): failover must not wait for it
+    # unless a job has local work (tests about the delay shorten it themselves).
     "JETENCODE_SHUTDOWN_GRACE_SECONDS": str(GRACE),
 }
 
