@@ -5,8 +5,9 @@ the database sees all of it. `JetEncodeCollector` runs a handful of aggregate qu
 and reports them as gauges, counters and histograms. Names are a contract (alert rules use them).
 
 Two kinds of value deserve a note:
-- The `*_total` counters count rows of the append-only fence audit. Retention purges old rows, which
-  Prometheus sees as a counter reset; `rate()` and `increase()` handle that.
+- Most `*_total` counters count rows of the append-only fence audit. Retention purges old rows, which
+  Prometheus sees as a counter reset; `rate()` and `increase()` handle that. Reassignments are
+  counted in the scheduler row by the failover functions, so they never reset.
 - The two histograms describe a sliding window (claims of the last five minutes, stages finished
   in the last hour), not an ever-growing count: query them directly, e.g.
   `histogram_quantile(0.95, sum by (le) (jetencode_claim_latency_seconds_bucket))`, without `rate()`.

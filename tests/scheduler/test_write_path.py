@@ -122,7 +122,7 @@ def test_write_helpers_are_plpgsql_not_replanned_sql_functions():
     # body on every call; PL/pgSQL keeps the plan for the session.
     replanned = sql(
         """SELECT p.proname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-            WHERE p.proname LIKE '%%\\_v1' AND l.lanname = 'sql'
+            WHERE p.proname ~ '_v[0-9]+$' AND l.lanname = 'sql'
               AND p.prosrc ~* '\\m(insert|update|delete)\\M'
               AND p.proname NOT IN ('set_session_lifecycle_v1', 'mark_stale_workers_v1',
                                     'rebalance_group_v1', 'record_sample_v1')"""

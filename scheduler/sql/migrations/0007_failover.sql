@@ -41,11 +41,13 @@ $$;
 -- Count one reassignment by cause (/metrics: jetencode_reassignments_total). The caller holds the
 -- scheduler row's lock already (every move of a job takes it), so this adds no contention.
 CREATE OR REPLACE FUNCTION count_reassignment_v2(p_cause text) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
   UPDATE queue_scheduler_state
      SET reassignments = jsonb_set(reassignments, ARRAY[p_cause],
                                    to_jsonb(coalesce((reassignments ->> p_cause)::bigint, 0) + 1))
-   WHERE id = 1
+   WHERE id = 1;
+END
 $$;
 
 -- Start a new execution of a job: the old execution's unfinished tasks are cancelled (a running one
