@@ -469,21 +469,28 @@ class FaultInjector(threading.Thread):
             return
         self.counts[kind] += 1
         answer = None
-        try:
-            answer = control(worker.uid)
-        except (repository.ActionNotAllowed, repository.JobNotFound) as exc:
-            self.outcomes[kind]["refused"] += 1
-            self.on_event(f"{kind} {worker.uid} refused: {exc}")
-            return
-        except _connection_errors():  # it may have committed: treat the worker as drained
-            reset_django_connection()
-            self.outcomes[kind]["error"] += 1
-        except _db_errors() as exc:
-            reset_django_connection()
-            self.outcomes[kind]["error"] += 1
-            self.failures[f"{kind}: {describe_error(exc)}"] += 1
-        else:
-            self.outcomes[kind]["ok"] += 1
+        for attempt in (1, 2):
+            try:
+                answer = control(worker.uid)
+            except (repository.ActionNotAllowed, repository.JobNotFound) as exc:
+                self.outcomes[kind]["refused"] += 1
+                self.on_event(f"{kind} {worker.uid} refused: {exc}")
+                return
+            except _connection_errors():
+                # Mostly this thread's connection, dead since a PostgreSQL restart: once more on a
+                # new one (both controls may be repeated). If the second try fails too, the first
+                # may still have committed: the worker is treated as drained either way.
+                reset_django_connection()
+                if attempt == 1:
+                    continue
+                self.outcomes[kind]["error"] += 1
+            except _db_errors() as exc:
+                reset_django_connection()
+                self.outcomes[kind]["error"] += 1
+                self.failures[f"{kind}: {describe_error(exc)}"] += 1
+            else:
+                self.outcomes[kind]["ok"] += 1
+            break
         worker.draining = True
         delay = self.rng.uniform(*wait)
         self._schedule(delay, "sigterm_restart", worker)
