@@ -26,7 +26,7 @@ import psutil
 
 from bench import db
 
-MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media")
+MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media", "failover")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
 PROFILES = {
@@ -43,6 +43,8 @@ PROFILES = {
         "web_samples": 100,
         "media_clip_seconds": 20,
         "media_pairs": 5,
+        "failover_repetitions": 3,
+        "failover_cases": ["sigkill_dispatch", "sigkill_later", "sigterm_dispatch", "sigterm_later"],
     },
     "quick": {
         "throughput_jobs": 500,
@@ -57,6 +59,8 @@ PROFILES = {
         "web_samples": 30,
         "media_clip_seconds": 8,
         "media_pairs": 2,
+        "failover_repetitions": 1,
+        "failover_cases": ["sigkill_dispatch", "sigkill_later", "sigterm_dispatch", "sigterm_later"],
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
@@ -72,9 +76,11 @@ PROFILES = {
         "web_samples": 1,
         "media_clip_seconds": 2,
         "media_pairs": 1,
+        "failover_repetitions": 1,
+        "failover_cases": ["sigterm_dispatch"],
     },
 }
-SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web")
+SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web", "failover")
 CONCURRENCY = 4
 THROUGHPUT_POLL_SECONDS = 0.1
 
@@ -113,6 +119,8 @@ class Runner:
         self.profile = dict(PROFILES[args.profile])
         if args.jobs:
             self.profile["throughput_jobs"] = args.jobs
+        if args.failover_repetitions:
+            self.profile["failover_repetitions"] = args.failover_repetitions
         self.results: dict = {}
         self.noise: dict = {}
         self.workdir = Path(tempfile.mkdtemp(prefix="jetencode-bench-"))
@@ -284,6 +292,19 @@ class Runner:
                         self.media_root,
                         clip_seconds=p["media_clip_seconds"],
                         pairs=p["media_pairs"],
+                        log=log,
+                    ),
+                )
+            if "failover" in selected:
+                from bench import failover
+
+                self.step(
+                    "failover",
+                    lambda: failover.measure(
+                        self.url,
+                        self.workdir,
+                        repetitions=p["failover_repetitions"],
+                        cases=p["failover_cases"],
                         log=log,
                     ),
                 )
@@ -497,6 +518,9 @@ def print_table(report: dict) -> None:
                 f"CPU {_fmt(m.get('cpu_ratio_median'), 3)} x; outside encode {_fmt(m.get('outside_encode_stage_median_seconds'), 2)} s",
             )
         )
+    from bench import failover
+
+    rows += failover.table_rows(results.get("failover"))
     for name, data in results.items():
         if isinstance(data, dict) and "error" in data:
             rows.append((name, "ERROR", data["error"][:70]))
@@ -549,6 +573,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", nargs="+", metavar="NAME", help=f"run only these: {', '.join(MEASUREMENTS)}"
     )
     parser.add_argument("--jobs", type=int, help="noop jobs per throughput run (default 5000; --quick 500)")
+    parser.add_argument(
+        "--failover-repetitions",
+        type=int,
+        metavar="N",
+        help="repetitions of each failover case (default 3; --quick 1)",
+    )
     parser.add_argument(
         "--database",
         default=db.DEFAULT_DATABASE,

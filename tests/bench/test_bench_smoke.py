@@ -38,7 +38,7 @@ def test_smoke_run_writes_its_json(tmp_path):
     report = json.loads(output.read_text())
 
     assert report["suite"] == "jetencode-bench" and report["profile"] == "smoke"
-    for name in ("throughput", "ceiling", "claim", "wakeup", "web"):
+    for name in ("throughput", "ceiling", "claim", "wakeup", "web", "failover"):
         assert name in report["results"], name
         assert "error" not in report["results"][name], report["results"][name]
     run = report["results"]["throughput"]["runs"][0]
@@ -51,9 +51,42 @@ def test_smoke_run_writes_its_json(tmp_path):
         "GET /v2/jobs",
         "GET /dashboard/queue",
     }
+    # Failover (one SIGTERM of a worker in a job's dispatch): the survivor retried that dispatch.
+    (sample,) = report["results"]["failover"]["cases"]["sigterm_dispatch"]["samples"]
+    assert sample["claimed_task"]["placement"] == "dispatch" and sample["claimed_task"]["execution"] == 1
+    assert sample["to_next_stage_s"] > 0 and "drained" in sample["reassignments"], sample
     assert {t["id"] for t in report["targets"]} >= {"1a", "1b", "4", "5"}
     assert "Targets" in proc.stdout  # the printed table
 
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         left = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [database]).fetchone()[0]
     assert left == 0, "the bench database is dropped at the end"
+
+
+def test_failover_predictions_and_analysis():
+    """bench/failover.py's arithmetic, on made-up samples (no workers)."""
+    from bench import failover
+
+    timing = failover.Timing()  # lease 4, heartbeat 1, recovery 1, poll 1, grace 3, reassign 10
+    predicted = {case: failover.predict(case, timing, backoff=15.0) for case in failover.CASES}
+    assert (predicted["sigkill_dispatch"]["low_s"], predicted["sigkill_dispatch"]["high_s"]) == (18.0, 21.1)
+    assert (predicted["sigkill_later"]["low_s"], predicted["sigkill_later"]["high_s"]) == (9.0, 11.6)
+    assert predicted["sigterm_dispatch"] == predicted["sigterm_later"]
+    assert (predicted["sigterm_later"]["low_s"], predicted["sigterm_later"]["high_s"]) == (3.0, 5.1)
+    assert failover.later_stage_seconds(timing) > timing.shutdown_grace
+
+    samples = {
+        "sigkill_later": [
+            {"to_next_stage_s": s, "to_released_s": s - 0.01, "within_prediction": True, "reassignments": r}
+            for s, r in ((10.2, {"lost_after_delay": 1}), (10.6, {"lost_after_delay": 1}), (9.8, {}))
+        ]
+    }
+    out = failover.analyse(samples, timing, predicted, repetitions=3, backoff=15.0)
+    case = out["cases"]["sigkill_later"]
+    assert case["to_next_stage"]["n"] == 3 and case["to_next_stage"]["p50_ms"] == 10200.0
+    assert case["parts"]["to_released"]["n"] == 3
+    assert case["reassignments"] == {"lost_after_delay": 2} and case["all_within_prediction"]
+    assert out["timing"]["reassign_after"] == 10.0 and out["repetitions"] == 3
+    rows = failover.table_rows(out)
+    assert rows[0][0] == "(7) failover timings" and "reassignment after 10 s" in rows[0][2]
+    assert rows[1][1] == "p50 10.20 / p99 10.59 s (n=3)" and "predicted 9-11.6 s, all within" in rows[1][2]
