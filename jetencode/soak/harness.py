@@ -549,15 +549,15 @@ def run_soak(
                 worker.shutdown()
             results = _retry(lambda: _check(config, enqueued, prober))
     finally:
-        for thread in (injector, chaos, prober):
-            if thread is not None and thread.is_alive():
-                thread.stop()
-        if monitor.is_alive():
-            monitor.stop()
-        for worker in workers:
-            if worker.alive():
-                worker.shutdown(timeout=5)
-        reset_django_connection()
+        try:
+            for thread in (injector, chaos, prober, monitor):
+                if thread is not None and thread.is_alive():
+                    thread.stop()
+        finally:  # whatever went wrong above, never leave worker processes behind
+            for worker in workers:
+                if worker.alive():
+                    worker.shutdown(timeout=5)
+            reset_django_connection()
 
     report.jobs_enqueued = len(enqueued)
     report.invariants = [dict(asdict(r), passed=r.passed) for r in results]
