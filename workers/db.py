@@ -108,7 +108,9 @@ class Backoff:
         self.failures = 0
 
     def next_delay(self) -> float:
-        delay = min(self.cap, self.start * (2**self.failures))
+        # The exponent stops growing once the cap is reached: 2**1024 no longer fits a float, and a
+        # database that stays unreachable for long would otherwise kill the retrying thread.
+        delay = min(self.cap, self.start * (2 ** min(self.failures, 32)))
         self.failures += 1
         return delay * random.uniform(0.8, 1.2)
 
