@@ -15,9 +15,6 @@ from typing import Any
 
 from jetencode.media.jobtypes import JOB_TYPES, params_json_schema
 
-HARDWARE = ["auto", "cpu", "gpu"]
-CATEGORIES = ["cpu", "gpu_encode", "gpu_ai"]
-
 
 @dataclass
 class SchemaField:

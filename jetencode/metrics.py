@@ -22,14 +22,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from jetencode.models import JOB_STATUSES, RESOURCE_CATEGORIES
 from scheduler import queries
-from scheduler.models import LIFECYCLES
+from scheduler.constants import JOB_STATUSES, LIFECYCLES, POOLS, QUEUED_TASK_STATES, RESOURCE_CATEGORIES
 
 CLAIM_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600]
 STAGE_DURATION_BUCKETS = [1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400]
-QUEUE_STATES = ["blocked", "pending", "retry_wait", "running"]
-POOLS = ["media", "background"]
 
 
 def _histogram(
@@ -67,7 +64,7 @@ class JetEncodeCollector:
         )
         seen = {(r["state"], r["pool"], r["resource_category"]): r["n"] for r in queries.queue_depth()}
         # Zero-fill the common series so alerts see 0 rather than an absent series.
-        for state in QUEUE_STATES:
+        for state in QUEUED_TASK_STATES:
             for pool in POOLS:
                 seen.setdefault((state, pool, "cpu"), 0)
         for (state, pool, category), n in sorted(seen.items()):

@@ -12,10 +12,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-JOB_STATUSES = ["pending", "running", "retry_wait", "paused", "completed", "failed", "cancelled"]
-TERMINAL_STATUSES = ["completed", "failed", "cancelled"]
-HARDWARE_CHOICES = ["auto", "cpu", "gpu"]
-RESOURCE_CATEGORIES = ["cpu", "gpu_encode", "gpu_ai"]
+from scheduler.constants import HARDWARE_CHOICES, JOB_STATUSES, TERMINAL_STATUSES
 
 
 class Job(models.Model):
@@ -52,12 +49,14 @@ class Job(models.Model):
             models.Index(fields=["type", "-created_at"], name="jobs_type_created"),
         ]
         constraints = [
-            models.CheckConstraint(condition=models.Q(status__in=JOB_STATUSES), name="jobs_status_valid"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=list(JOB_STATUSES)), name="jobs_status_valid"
+            ),
             models.CheckConstraint(
                 condition=models.Q(progress__gte=0, progress__lte=100), name="jobs_progress_range"
             ),
             models.CheckConstraint(
-                condition=models.Q(hardware__in=HARDWARE_CHOICES), name="jobs_hardware_valid"
+                condition=models.Q(hardware__in=list(HARDWARE_CHOICES)), name="jobs_hardware_valid"
             ),
             models.CheckConstraint(
                 condition=models.Q(max_attempts__gte=1, max_attempts__lte=20), name="jobs_max_attempts_range"

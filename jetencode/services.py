@@ -16,9 +16,10 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 
 from jetencode.media import jobtypes, webhooks
-from jetencode.models import HARDWARE_CHOICES, RESOURCE_CATEGORIES, Job
+from jetencode.models import Job
 from jetencode.permissions import can_operate
 from scheduler import repository
+from scheduler.constants import HARDWARE_CHOICES, MAX_VRAM_MB, RESOURCE_CATEGORIES
 
 PRIORITY_RANGE = (-1000, 1000)
 MAX_ATTEMPTS_RANGE = (1, 20)
@@ -179,9 +180,9 @@ def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) 
         category = False  # reported; skip the resource check below
     vram_mb = payload.get("vram_mb")
     if vram_mb is not None and (
-        isinstance(vram_mb, bool) or not isinstance(vram_mb, int) or not 0 <= vram_mb <= jobtypes.MAX_VRAM_MB
+        isinstance(vram_mb, bool) or not isinstance(vram_mb, int) or not 0 <= vram_mb <= MAX_VRAM_MB
     ):
-        errors.append({"field": "vram_mb", "message": f"must be an integer from 0 to {jobtypes.MAX_VRAM_MB}"})
+        errors.append({"field": "vram_mb", "message": f"must be an integer from 0 to {MAX_VRAM_MB}"})
         vram_mb = False
 
     choice = None

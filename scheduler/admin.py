@@ -15,14 +15,17 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from jetencode.admin import CheapPaginationMixin, JobActionsMixin, ReadOnlyAdmin, choices_filter
-from jetencode.models import RESOURCE_CATEGORIES
 from jetencode.permissions import can_operate
 from scheduler import repository
-from scheduler.models import (
+from scheduler.constants import (
     LIFECYCLES,
     PLACEMENTS,
     POOLS,
+    RESERVATION_STATES,
+    RESOURCE_CATEGORIES,
     TASK_STATES,
+)
+from scheduler.models import (
     FenceAudit,
     JobSchedule,
     QueueReservation,
@@ -292,7 +295,7 @@ class QueueWorkerAdmin(ReadOnlyAdmin):
 @admin.register(QueueReservation)
 class QueueReservationAdmin(ReadOnlyAdmin):
     list_display = ("id", "job_link", "worker_uid", "state", "last_error", "created_at", "updated_at")
-    list_filter = (choices_filter("state", ["requested", "bound", "released", "failed"]),)
+    list_filter = (choices_filter("state", RESERVATION_STATES),)
     search_fields = ("worker_uid",)
     ordering = ("-created_at",)
 

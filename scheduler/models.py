@@ -11,12 +11,15 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
-from jetencode.models import RESOURCE_CATEGORIES, Job
-
-TASK_STATES = ["blocked", "pending", "retry_wait", "running", "completed", "failed", "cancelled"]
-PLACEMENTS = ["dispatch", "job", "cluster"]
-POOLS = ["media", "background"]
-LIFECYCLES = ["active", "draining", "offline"]
+from jetencode.models import Job
+from scheduler.constants import (
+    LIFECYCLES,
+    PLACEMENTS,
+    POOLS,
+    RESERVATION_STATES,
+    RESOURCE_CATEGORIES,
+    TASK_STATES,
+)
 
 
 class SchedulerState(models.Model):
@@ -152,11 +155,11 @@ class QueueTask(models.Model):
     class Meta:
         db_table = "queue_tasks"
         constraints = [
-            models.CheckConstraint(condition=Q(state__in=TASK_STATES), name="task_state_valid"),
-            models.CheckConstraint(condition=Q(placement__in=PLACEMENTS), name="task_placement_valid"),
-            models.CheckConstraint(condition=Q(pool__in=POOLS), name="task_pool_valid"),
+            models.CheckConstraint(condition=Q(state__in=list(TASK_STATES)), name="task_state_valid"),
+            models.CheckConstraint(condition=Q(placement__in=list(PLACEMENTS)), name="task_placement_valid"),
+            models.CheckConstraint(condition=Q(pool__in=list(POOLS)), name="task_pool_valid"),
             models.CheckConstraint(
-                condition=Q(resource_category__in=RESOURCE_CATEGORIES), name="task_category_valid"
+                condition=Q(resource_category__in=list(RESOURCE_CATEGORIES)), name="task_category_valid"
             ),
             models.CheckConstraint(
                 condition=Q(attempt__gte=0) & Q(attempt__lte=F("max_attempts")), name="task_attempt_range"
@@ -270,7 +273,9 @@ class QueueWorker(models.Model):
     class Meta:
         db_table = "queue_workers"
         constraints = [
-            models.CheckConstraint(condition=Q(lifecycle__in=LIFECYCLES), name="worker_lifecycle_valid"),
+            models.CheckConstraint(
+                condition=Q(lifecycle__in=list(LIFECYCLES)), name="worker_lifecycle_valid"
+            ),
             models.CheckConstraint(condition=Q(concurrency__gte=0), name="worker_concurrency_nonnegative"),
         ]
 
@@ -293,7 +298,7 @@ class QueueReservation(models.Model):
         db_table = "queue_reservations"
         constraints = [
             models.CheckConstraint(
-                condition=Q(state__in=["requested", "bound", "released", "failed"]),
+                condition=Q(state__in=list(RESERVATION_STATES)),
                 name="reservation_state_valid",
             )
         ]

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CATEGORIES = ("cpu", "gpu_encode", "gpu_ai")
+from scheduler.constants import RESOURCE_CATEGORIES
+
 MAX_CONCURRENCY = 256
 MAX_CATEGORY_LIMIT = 256
-MAX_VRAM_MB = 10_000_000
 UID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$")
 
 
@@ -103,8 +103,10 @@ def parse_categories(text: str) -> dict[str, int]:
         name = name.strip()
         if not sep:
             raise ConfigError(f"--categories: {item!r} is not NAME=N (e.g. cpu=4)")
-        if name not in CATEGORIES:
-            raise ConfigError(f"--categories: unknown category {name!r} (known: {', '.join(CATEGORIES)})")
+        if name not in RESOURCE_CATEGORIES:
+            raise ConfigError(
+                f"--categories: unknown category {name!r} (known: {', '.join(RESOURCE_CATEGORIES)})"
+            )
         if name in limits:
             raise ConfigError(f"--categories: {name} is given twice")
         limits[name] = parse_positive_int(

@@ -21,12 +21,12 @@ import uuid
 import psycopg
 from django.db import connection as django_connection
 
+from scheduler.constants import POOLS
 from workers.db import Backoff, RateLimitedLog
 
 log = logging.getLogger("jetencode.worker")
 
 CHANNEL = "jetencode_queue_tasks"
-POOLS = ("media", "background")
 
 
 class Wakeup:

@@ -14,6 +14,8 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
+from scheduler.constants import TERMINAL_STATUSES
+
 register = template.Library()
 
 BADGE_CLASSES = {
@@ -35,7 +37,6 @@ BADGE_CLASSES = {
     "invalid": "b-failed",
     "unchecked": "b-blocked",
 }
-TERMINAL = {"completed", "failed", "cancelled"}
 
 
 @register.filter
@@ -126,7 +127,7 @@ def validity(asset) -> str:
 
 @register.filter
 def is_terminal(state) -> bool:
-    return state in TERMINAL
+    return state in TERMINAL_STATUSES
 
 
 @register.filter

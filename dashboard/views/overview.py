@@ -7,8 +7,8 @@ from django.utils import timezone
 
 from dashboard.charts import RESOLUTION, overview_charts
 from dashboard.views.common import is_partial, page, viewer_required
-from jetencode.models import JOB_STATUSES
 from scheduler import queries
+from scheduler.constants import JOB_STATUSES
 
 
 @viewer_required

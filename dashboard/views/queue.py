@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dashboard.views.common import is_partial, page, page_number, viewer_required
-from jetencode.models import JOB_STATUSES
 from scheduler import queries
+from scheduler.constants import QUEUE_STATUSES
 
 PAGE_SIZE = 100  # jobs per page: a page of the queue stays fast to render with 100,000 jobs queued
-QUEUE_STATES = [s for s in JOB_STATUSES if s not in ("completed", "cancelled")]
 
 
 @dataclass
@@ -46,7 +45,7 @@ def build_sections(entries, workers) -> list[Section]:
 @viewer_required
 def queue(request):
     state = request.GET.get("state") or None
-    if state not in QUEUE_STATES:
+    if state not in QUEUE_STATUSES:
         state = None
     worker = request.GET.get("worker")
     worker = None if worker in (None, "", "*") else ("" if worker == "-" else worker)
@@ -66,7 +65,7 @@ def queue(request):
         "has_next": has_next,
         "state": state or "",
         "worker": request.GET.get("worker", ""),
-        "states": QUEUE_STATES,
+        "states": QUEUE_STATUSES,
         "workers": workers,
     }
     if is_partial(request):

@@ -11,15 +11,20 @@ from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, StrictInt, model_serializer
 
 from jetencode import services
-from jetencode.media.jobtypes import JOB_TYPES, MAX_VRAM_MB
-from jetencode.models import JOB_STATUSES
+from jetencode.media.jobtypes import JOB_TYPES
+from scheduler.constants import (
+    HARDWARE_CHOICES,
+    JOB_STATUSES,
+    MAX_VRAM_MB,
+    QUEUE_STATUSES,
+    RESOURCE_CATEGORIES,
+)
 
-Hardware = Literal["auto", "cpu", "gpu"]
-ResourceCategory = Literal["cpu", "gpu_encode", "gpu_ai"]
-JobStatus = Literal["pending", "running", "retry_wait", "paused", "completed", "failed", "cancelled"]
-QueueState = Literal["pending", "running", "retry_wait", "paused", "failed"]
+Hardware = Literal[HARDWARE_CHOICES]
+ResourceCategory = Literal[RESOURCE_CATEGORIES]
+JobStatus = Literal[JOB_STATUSES]
+QueueState = Literal[QUEUE_STATUSES]
 Direction = Literal["up", "down", "top", "bottom"]
-assert set(JobStatus.__args__) == set(JOB_STATUSES)  # type: ignore[attr-defined]
 
 
 def _storable(value: str) -> str:

@@ -7,8 +7,8 @@ from ninja import Router
 
 from jetencode.api.errors import AUTH_ERRORS, responses
 from jetencode.api.schemas import StatsOut
-from jetencode.models import JOB_STATUSES, RESOURCE_CATEGORIES
 from scheduler import queries
+from scheduler.constants import JOB_STATUSES, RESOURCE_CATEGORIES
 
 router = Router(tags=["stats"])
 

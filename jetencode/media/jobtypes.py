@@ -15,12 +15,10 @@ from pydantic import ValidationError
 
 from jetencode.media import params as p
 from jetencode.media.ffmpeg import preferred_h264_hardware_encoder
+from scheduler.constants import HARDWARE_CHOICES, MAX_VRAM_MB, RESOURCE_CATEGORIES
 
-RESOURCE_CATEGORIES = ("cpu", "gpu_encode", "gpu_ai")
-HARDWARE_CHOICES = ("auto", "cpu", "gpu")
 # VRAM assumed for a category an operator forces onto a type whose own default is another category.
 CATEGORY_DEFAULT_VRAM = {"cpu": 0, "gpu_encode": 2000, "gpu_ai": 6000}
-MAX_VRAM_MB = 262_144
 
 
 class ParamsError(Exception):

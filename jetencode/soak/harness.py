@@ -47,8 +47,7 @@ from jetencode.soak.faults import (
     reset_django_connection,
 )
 from scheduler import queries, repository
-
-TERMINAL = ("completed", "failed", "cancelled")
+from scheduler.constants import TERMINAL_STATUSES as TERMINAL
 
 
 @dataclass

@@ -28,8 +28,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-TERMINAL_TASK_STATES = ("completed", "failed", "cancelled")
-TERMINAL_JOB_STATUSES = ("completed", "failed", "cancelled")
 CONCLUSIONS = ("finish", "fail", "release", "recover")  # operations that end an attempt
 EXAMPLES = 5
 

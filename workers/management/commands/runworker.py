@@ -12,9 +12,9 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduler.constants import MAX_WORKER_VRAM_MB
 from workers.config import (
     MAX_CONCURRENCY,
-    MAX_VRAM_MB,
     ConfigError,
     Timing,
     WorkerOptions,
@@ -70,7 +70,7 @@ class Command(BaseCommand):
             )
             categories = parse_categories(options["categories"]) if options["categories"] is not None else {}
             vram = (
-                parse_positive_int(options["vram_mb"], "--vram-mb", minimum=0, maximum=MAX_VRAM_MB)
+                parse_positive_int(options["vram_mb"], "--vram-mb", minimum=0, maximum=MAX_WORKER_VRAM_MB)
                 if options["vram_mb"] is not None
                 else None
             )
