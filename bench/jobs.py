@@ -1,6 +1,6 @@
 """Enqueueing from the benchmark: the same enqueue_job_v1 call the API makes, on a raw connection.
 
-The arguments come from `jetencode.services.build_new_job` (the validation the API and dashboard
+The arguments come from `media.submission.build_new_job` (the validation the API and dashboard
 share), so a benchmark job is exactly what `POST /v2/jobs` would have queued; only the transport
 differs (batches of enqueues in one statement, so the producer is not the bottleneck).
 """
@@ -33,10 +33,10 @@ def job_args(payload: dict, *, notify: bool = True) -> list:
     """enqueue_job_v1's arguments for an API-style payload ({"type": ..., "params": ...})."""
     from django.conf import settings
 
-    from jetencode import services
+    from media import submission
     from scheduler import repository
 
-    job = services.build_new_job(payload)
+    job = submission.build_new_job(payload)
     return repository.enqueue_arguments(
         job, stale_seconds=settings.JETENCODE["STALE_WORKER_SECONDS"], notify=notify
     )

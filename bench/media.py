@@ -3,10 +3,10 @@ command run directly.
 
 A test clip (lavfi testsrc2 + sine, H.264/AAC) is generated under the bench's media root. One
 worker (`--concurrency 4`, notifications on, the default 1 s poll) runs the job as users would
-submit it (`services.create_job`, hardware=cpu): dispatch (stage the input, probe), encode (FFmpeg),
+submit it (`media.submission.create_job`, hardware=cpu): dispatch (stage the input, probe), encode (FFmpeg),
 library.register. System time = job created_at -> finished_at (PostgreSQL clock). Direct time = the
 encode stage's exact FFmpeg argv (rebuilt from its task payload with the same builder,
-`jetencode.media.commands.reencode_streaming`) run by subprocess on the same input. Runs alternate
+`media.commands.reencode_streaming`) run by subprocess on the same input. Runs alternate
 (system, direct, system, direct, ...) after one untimed warm-up encode, and the reported ratio is the
 median of the pairs, so a burst of load from other work on the machine hits both sides alike.
 Because that load still moves single pairs by tens of percent, the CPU seconds of both sides (the
@@ -30,7 +30,7 @@ from bench.workers import WorkerPool
 
 
 def make_clip(path: Path, seconds: int, size: str = "1280x720") -> None:
-    from jetencode.media.ffmpeg import ffmpeg_path
+    from media.ffmpeg import ffmpeg_path
 
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -68,7 +68,7 @@ def make_clip(path: Path, seconds: int, size: str = "1280x720") -> None:
 
 
 def direct_argv(payload: dict, src: Path, dst: Path) -> list[str]:
-    from jetencode.media import commands
+    from media import commands
 
     return commands.reencode_streaming(
         src,
@@ -106,11 +106,11 @@ def process_cpu(pid: int) -> float:
 
 
 def run_job(conn, rel: str, timeout: float, worker_pid: int) -> dict:
-    from jetencode import services
+    from media import submission
 
     cpu_before = process_cpu(worker_pid)
 
-    job = services.create_job(
+    job = submission.create_job(
         None, {"type": "reencode_streaming", "params": {"input": rel}, "hardware": "cpu"}
     )
     deadline = time.monotonic() + timeout

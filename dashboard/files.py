@@ -15,7 +15,7 @@ from pathlib import Path
 
 from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 
-from jetencode.media.paths import UnsafePathError, check_output_name, job_output_dir
+from media.paths import UnsafePathError, check_output_name, job_output_dir
 
 INLINE_TYPES = {
     "image/jpeg",

@@ -1,9 +1,9 @@
 """The create-job form, generated from the same per-type params schema the API validates with.
 
-`jetencode.media.jobtypes.params_json_schema(type)` is a JSON Schema (pydantic's); each property
+`media.jobtypes.params_json_schema(type)` is a JSON Schema (pydantic's); each property
 becomes one input: numbers and integers with their bounds, enums as selects, booleans as
 checkboxes, UUIDs and paths as text, lists of strings as one-per-line text areas, nested objects as
-JSON. The form only turns inputs into JSON values; validation is `jetencode.services.create_job`'s,
+JSON. The form only turns inputs into JSON values; validation is `media.submission.create_job`'s,
 so the dashboard accepts exactly what the API accepts and shows the same messages.
 """
 
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from jetencode.media.jobtypes import JOB_TYPES, params_json_schema
+from media.jobtypes import JOB_TYPES, params_json_schema
 
 
 @dataclass

@@ -17,10 +17,10 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from jetencode.media.jobtypes import JOB_TYPES
-from jetencode.media.probe import ASSET_FIELDS
 from jetencode.models import ApiToken, Job, JobOutput, MediaAsset, hash_token
 from jetencode.permissions import can_operate
+from media.jobtypes import JOB_TYPES
+from media.probe import ASSET_FIELDS
 from scheduler import repository
 
 MAX_ACTION_ROWS = 500
@@ -290,7 +290,7 @@ class MediaAssetAdmin(admin.ModelAdmin):
 
     @admin.action(description="Validate selected assets (creates validate jobs)", permissions=["operate"])
     def validate_assets(self, request, queryset):
-        from jetencode.services import ValidationError, create_job
+        from media.submission import ValidationError, create_job
 
         created, refused = 0, []
         for asset in queryset[:MAX_ACTION_ROWS]:

@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "jetencode",
     "scheduler",
+    "media",
     "workers",
     "dashboard",
 ]

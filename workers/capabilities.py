@@ -79,9 +79,9 @@ def detect_gpus(timeout: float = 15.0) -> GpuInfo:
 
 
 def ffmpeg_catalog() -> dict[str, Any]:
-    """The FFmpeg capability catalog (`jetencode.media.ffmpeg.encoder_catalog`), or an empty one
+    """The FFmpeg capability catalog (`media.ffmpeg.encoder_catalog`), or an empty one
     with the reason when FFmpeg cannot be found or probed: the worker still runs FFmpeg-free stages."""
-    from jetencode.media import ffmpeg
+    from media import ffmpeg
 
     try:
         return ffmpeg.encoder_catalog()

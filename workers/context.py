@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jetencode.media.paths import check_output_name
+from media.paths import check_output_name
 from scheduler import repository
 from workers import processes
 from workers.db import DB_ERRORS, RateLimitedLog, reset_connection

@@ -141,7 +141,7 @@ class Outcome:
             message = f"the handler returned a result that is not JSON: {exc}"
             self.final(run, "fail", lambda: repository.fail(lease, message, retryable=False))
             return
-        from jetencode.media.storage import get_storage
+        from media.storage import get_storage
 
         storage = get_storage()
         prepared = []

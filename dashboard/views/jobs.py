@@ -16,10 +16,10 @@ from django.utils import timezone
 from dashboard.files import serve_output
 from dashboard.forms import FormError, JobForm
 from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
-from jetencode.media.jobtypes import JOB_TYPES
 from jetencode.models import Job, JobOutput, MediaAsset
-from jetencode.services import ValidationError as JobValidationError
-from jetencode.services import create_job
+from media.jobtypes import JOB_TYPES
+from media.submission import ValidationError as JobValidationError
+from media.submission import create_job
 from scheduler import queries
 from scheduler.constants import HARDWARE_CHOICES, JOB_STATUSES, RESOURCE_CATEGORIES, TERMINAL_STATUSES
 from scheduler.models import QueueTask, QueueWorker

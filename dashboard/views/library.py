@@ -1,5 +1,5 @@
 """/dashboard/library: the media assets, their probed metadata and validity, and the actions that
-turn assets into jobs (through `jetencode.services.create_job`, exactly like the API)."""
+turn assets into jobs (through `media.submission.create_job`, exactly like the API)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from django.urls import reverse
 from dashboard.files import serve_output
 from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
 from jetencode.models import MediaAsset
-from jetencode.services import ValidationError as JobValidationError
-from jetencode.services import create_job
+from media.submission import ValidationError as JobValidationError
+from media.submission import create_job
 
 PAGE_SIZE = 50
 MAX_BULK = 100

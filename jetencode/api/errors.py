@@ -22,7 +22,7 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from jetencode import services
+from media import submission
 from scheduler import repository
 
 logger = logging.getLogger("jetencode.api")
@@ -76,7 +76,7 @@ def _message(error: dict[str, Any]) -> str:
 
 
 def validation_response(errors: list[dict[str, str]]) -> JsonResponse:
-    return JsonResponse({"detail": services.summarize(errors), "errors": errors}, status=422)
+    return JsonResponse({"detail": submission.summarize(errors), "errors": errors}, status=422)
 
 
 def detail_response(status: int, detail: str, **headers: str) -> JsonResponse:
@@ -93,8 +93,8 @@ def install(api: NinjaAPI) -> None:
             [{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors]
         )
 
-    @api.exception_handler(services.ValidationError)
-    def invalid_job(request: HttpRequest, exc: services.ValidationError) -> HttpResponse:
+    @api.exception_handler(submission.ValidationError)
+    def invalid_job(request: HttpRequest, exc: submission.ValidationError) -> HttpResponse:
         return validation_response(exc.errors)
 
     @api.exception_handler(repository.InvalidArgument)

@@ -13,7 +13,6 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import get_script_prefix
 from ninja import Query, Router, Status
 
-from jetencode import services
 from jetencode.api.errors import AUTH_ERRORS, responses
 from jetencode.api.schemas import (
     MAX_LIMIT,
@@ -27,8 +26,9 @@ from jetencode.api.schemas import (
     TaskListOut,
     Text,
 )
-from jetencode.media.jobtypes import JOB_TYPES
 from jetencode.models import Job, JobOutput
+from media import submission
+from media.jobtypes import JOB_TYPES
 from scheduler import queries
 from scheduler.models import QueueTask
 from scheduler.repository import JobNotFound
@@ -133,7 +133,7 @@ def get_job(job_id: UUID) -> Job:
 def create_job(request: HttpRequest, payload: JobIn, response: HttpResponse):
     """Validate the type, its params, the resource overrides, the targeted worker and the webhook
     URL, then enqueue. Every invalid field is named in one 422. `Location` names the new job."""
-    job = services.create_job(request.auth.user, payload.model_dump(exclude_unset=True))
+    job = submission.create_job(request.auth.user, payload.model_dump(exclude_unset=True))
     response["Location"] = f"{get_script_prefix()}v2/jobs/{job.id}"
     return Status(201, job_detail(get_job(job.id)))
 

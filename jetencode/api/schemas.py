@@ -10,8 +10,8 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, StrictInt, model_serializer
 
-from jetencode import services
-from jetencode.media.jobtypes import JOB_TYPES
+from media import submission
+from media.jobtypes import JOB_TYPES
 from scheduler.constants import (
     HARDWARE_CHOICES,
     JOB_STATUSES,
@@ -28,7 +28,7 @@ Direction = Literal["up", "down", "top", "bottom"]
 
 
 def _storable(value: str) -> str:
-    problem = services.text_problem(value)
+    problem = submission.text_problem(value)
     if problem:
         raise ValueError(problem)
     return value

@@ -118,7 +118,7 @@ def test_the_form_comes_from_the_type_schema(operator_client):
 
 
 def test_every_type_has_a_form(operator_client):
-    from jetencode.media.jobtypes import JOB_TYPES
+    from media.jobtypes import JOB_TYPES
 
     for job_type in JOB_TYPES:
         response = operator_client.get(reverse("dashboard:job_new") + f"?type={job_type}")

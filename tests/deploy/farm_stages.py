@@ -8,7 +8,7 @@ process with psutil and tell whose it is by its parent pid.
 
 from __future__ import annotations
 
-from jetencode.media.ffmpeg import ffmpeg_path
+from media.ffmpeg import ffmpeg_path
 from workers.stages.base import ChildSpec, PublishSpec, StageContext, stage
 
 OUTPUT_NAME = "farm.mp4"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jetencode.media import commands
-from jetencode.media.ffmpeg import ffmpeg_path
+from media import commands
+from media.ffmpeg import ffmpeg_path
 from tests.e2e.e2ekit import CLIPS, LONG_CLIP, Clips, Launcher, Roots
 
 

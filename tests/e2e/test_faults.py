@@ -11,9 +11,9 @@ import uuid
 import psutil
 import pytest
 
-from jetencode.media.probe import probe
 from jetencode.models import JobOutput
-from jetencode.services import create_job
+from media.probe import probe
+from media.submission import create_job
 from scheduler import repository
 from tests.e2e.e2ekit import ffmpeg_processes
 from tests.worker.workerkit import HEARTBEAT, one, sql, wait_for

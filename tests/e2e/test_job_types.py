@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from jetencode.media import webhooks
-from jetencode.media.probe import MediaInfo, is_faststart, probe
 from jetencode.models import JobOutput, MediaAsset
-from jetencode.services import create_job
+from media import webhooks
+from media.probe import MediaInfo, is_faststart, probe
+from media.submission import create_job
 from tests.e2e.e2ekit import WEBHOOK_SECRET, Clips, Launcher, Roots, ffmpeg_processes
 from tests.media.receiver import Receiver
 from tests.worker.workerkit import one, sql, wait_for
@@ -631,7 +631,7 @@ def test_job_type_end_to_end(run, job_type):
 
 
 def test_every_job_type_is_covered():
-    from jetencode.media.jobtypes import JOB_TYPES as REGISTERED
+    from media.jobtypes import JOB_TYPES as REGISTERED
 
     assert set(REGISTERED) - {"noop"} == set(JOB_TYPES)
 

@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 from jetencode.models import Job
-from jetencode.services import ValidationError, create_job
+from media.submission import ValidationError, create_job
 from tests.worker.workerkit import one
 
 # No worker here: nothing needs committed data, so each test rolls back instead of flushing.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from jetencode.media import commands
-from jetencode.media.ffmpeg import ffmpeg_path
+from media import commands
+from media.ffmpeg import ffmpeg_path
 
 CLIPS = {
     # name: synthetic_clip kwargs

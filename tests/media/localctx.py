@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jetencode.media.storage import LocalStorage
+from media.storage import LocalStorage
 from workers.stages import HANDLERS
 from workers.stages.base import ChildSpec, PublishSpec, StageCancelled, StageTimeout
 

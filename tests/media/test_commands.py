@@ -4,9 +4,9 @@ import subprocess
 
 import pytest
 
-from jetencode.media import commands
-from jetencode.media.probe import is_faststart, probe
-from jetencode.media.signals import parse_metadata_print
+from media import commands
+from media.probe import is_faststart, probe
+from media.signals import parse_metadata_print
 
 FAST = commands.VideoEncoding(preset="ultrafast")
 

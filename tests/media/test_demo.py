@@ -1,7 +1,7 @@
 """Demo clip seeding for fresh installs."""
 
-from jetencode.media.demo import DEMO_CLIPS, seed_demo_clips
-from jetencode.media.probe import probe
+from media.demo import DEMO_CLIPS, seed_demo_clips
+from media.probe import probe
 
 
 def test_it_seeds_missing_clips_once(media_env):

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from jetencode.media import ffmpeg as ff
+from media import ffmpeg as ff
 
 
 def test_it_finds_an_ffmpeg_without_configuration(settings):

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from jetencode.media import commands
-from jetencode.media.probe import is_faststart, probe
+from media import commands
+from media.probe import is_faststart, probe
 from tests.media.localctx import LocalContext, run_job, run_stage
 from tests.media.receiver import Receiver
 from workers.stages import HANDLERS
@@ -29,7 +29,7 @@ def job(media_env, job_type, params, **kwargs):
 
 
 def test_every_job_type_stage_has_a_handler():
-    from jetencode.media.jobtypes import JOB_TYPES
+    from media.jobtypes import JOB_TYPES
 
     for jt in JOB_TYPES.values():
         for task_type in jt.stages:
@@ -419,7 +419,7 @@ def test_tag_generation(media_env):
 
 
 def test_webhook_posts_a_signed_summary_and_retries_on_errors(tmp_path, settings):
-    from jetencode.media import webhooks
+    from media import webhooks
 
     secret = webhooks.generate_secret()
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_SECRET": secret, "WEBHOOK_ALLOW_PRIVATE": True}

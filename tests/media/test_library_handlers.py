@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from jetencode.media.probe import probe
 from jetencode.models import Job, MediaAsset
+from media.probe import probe
 from tests.media.localctx import LocalContext, run_job, run_stage
 from tests.media.receiver import Receiver
 from workers.stages.base import PermanentFailure

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from jetencode.media.jobtypes import (
+from media.jobtypes import (
     JOB_TYPES,
     ParamsError,
     params_json_schema,

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from jetencode.media.paths import (
+from media.paths import (
     UnsafePathError,
     check_output_name,
     check_relative,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jetencode.media.probe import ProbeError, is_faststart, mp4_top_level_boxes, probe
+from media.probe import ProbeError, is_faststart, mp4_top_level_boxes, probe
 
 
 def test_landscape_with_audio(clips):

@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from jetencode.media import commands
-from jetencode.media.progress import ProgressParser, ProgressThrottle
+from media import commands
+from media.progress import ProgressParser, ProgressThrottle
 
 BLOCK = """frame=50
 fps=25.00

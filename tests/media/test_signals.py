@@ -1,7 +1,7 @@
 """Segment selection and tags from measured signals (pure arithmetic)."""
 
-from jetencode.media import signals
-from jetencode.media.probe import MediaInfo
+from media import signals
+from media.probe import MediaInfo
 
 
 def info(**overrides) -> MediaInfo:

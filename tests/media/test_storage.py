@@ -5,7 +5,7 @@ import uuid
 import boto3
 import pytest
 
-from jetencode.media.storage import LocalStorage, S3Storage, get_storage
+from media.storage import LocalStorage, S3Storage, get_storage
 
 
 def test_local_publish_is_a_rename_into_the_job_directory(tmp_path):

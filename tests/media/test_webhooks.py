@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from jetencode.media import webhooks
+from media import webhooks
 from tests.media.receiver import Receiver
 
 SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -12,8 +12,8 @@ import pytest
 from django.urls import reverse
 from securityhelpers import counts
 
-from jetencode.media import jobtypes
-from jetencode.media.jobtypes import JOB_TYPES
+from media import jobtypes
+from media.jobtypes import JOB_TYPES
 
 pytestmark = pytest.mark.django_db
 

@@ -18,8 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
-from jetencode.media import commands, signals
-from jetencode.media.jobtypes import ResourceChoice
+from media import commands, signals
+from media.jobtypes import ResourceChoice
 from workers.stages.base import StageContext, stage
 from workers.stages.common import (
     child,

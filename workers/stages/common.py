@@ -23,11 +23,11 @@ from typing import Any
 
 from django.conf import settings
 
-from jetencode.media.jobtypes import JOB_TYPES, ParamsError, ResourceChoice, parse_params, resolve_resource
-from jetencode.media.params import Params
-from jetencode.media.paths import UnsafePathError, relative_to_media_root, resolve_media_path, workspace_file
-from jetencode.media.probe import MediaInfo, ProbeError, probe
-from jetencode.media.progress import ProgressParser, ProgressSample, ProgressThrottle
+from media.jobtypes import JOB_TYPES, ParamsError, ResourceChoice, parse_params, resolve_resource
+from media.params import Params
+from media.paths import UnsafePathError, relative_to_media_root, resolve_media_path, workspace_file
+from media.probe import MediaInfo, ProbeError, probe
+from media.progress import ProgressParser, ProgressSample, ProgressThrottle
 from workers.stages.base import ChildSpec, PermanentFailure, PublishSpec, StageContext
 
 STDERR_TAIL_CHARS = 4000
@@ -305,7 +305,7 @@ def publish(
 
 def encoder_of(payload: dict[str, Any]) -> str:
     encoder = payload.get("encoder") or "libx264"
-    from jetencode.media.commands import SUPPORTED_ENCODERS
+    from media.commands import SUPPORTED_ENCODERS
 
     if encoder not in SUPPORTED_ENCODERS:
         raise PermanentFailure(f"unsupported encoder {encoder!r}")

@@ -14,7 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
-from jetencode.media import commands
+from media import commands
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,

@@ -16,14 +16,14 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
-from jetencode.media.paths import (
+from media.paths import (
     UnsafePathError,
     check_relative,
     media_root,
     relative_to_media_root,
     resolve_media_path,
 )
-from jetencode.media.probe import ASSET_FIELDS, ProbeError, probe
+from media.probe import ASSET_FIELDS, ProbeError, probe
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import child, stage_params, throttle_for, workspace_rel, ws
 

@@ -18,9 +18,9 @@ import os
 import shutil
 from pathlib import Path
 
-from jetencode.media import commands
-from jetencode.media.hls import ladder_for, master_playlist, variant_from_probe
-from jetencode.media.probe import probe
+from media import commands
+from media.hls import ladder_for, master_playlist, variant_from_probe
+from media.probe import probe
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,

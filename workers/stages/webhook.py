@@ -14,7 +14,7 @@ import http.client
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from jetencode.media import webhooks
+from media import webhooks
 from workers.stages.base import PermanentFailure, StageContext, stage
 
 

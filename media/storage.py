@@ -26,7 +26,7 @@ from typing import Protocol
 
 from django.conf import settings
 
-from jetencode.media.paths import check_output_name, job_output_dir
+from media.paths import check_output_name, job_output_dir
 
 CONTENT_TYPES = {
     ".m3u8": "application/vnd.apple.mpegurl",

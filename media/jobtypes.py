@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jetencode.media import params as p
-from jetencode.media.ffmpeg import preferred_h264_hardware_encoder
+from media import params as p
+from media.ffmpeg import preferred_h264_hardware_encoder
 from scheduler.constants import HARDWARE_CHOICES, MAX_VRAM_MB, RESOURCE_CATEGORIES
 
 # VRAM assumed for a category an operator forces onto a type whose own default is another category.

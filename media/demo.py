@@ -11,8 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from jetencode.media import commands
-from jetencode.media.paths import media_root as configured_media_root
+from media import commands
+from media.paths import media_root as configured_media_root
 
 DEMO_CLIPS: dict[str, dict] = {
     "videos/demo-landscape.mp4": {"width": 640, "height": 360, "seconds": 5.0},

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from jetencode.media.ffmpeg import VAAPI_DEVICE, ffmpeg_path
+from media.ffmpeg import VAAPI_DEVICE, ffmpeg_path
 
 COMMON_ARGS = ["-nostdin", "-nostats", "-hide_banner", "-progress", "pipe:1", "-y"]
 AUDIO_RATE = 48000

@@ -1,6 +1,6 @@
 """Seed a fresh install with generated clips and jobs, once, so the dashboard has something to show.
 
-The clips come from `jetencode.media.demo` (FFmpeg lavfi sources, nothing downloaded). A `scan` job
+The clips come from `media.demo` (FFmpeg lavfi sources, nothing downloaded). A `scan` job
 adds them to the media library (validating each), and a few more jobs exercise the queue and the
 media pipeline. Run again: nothing happens (a marker under var/ remembers).
 """
@@ -8,8 +8,8 @@ media pipeline. Run again: nothing happens (a marker under var/ remembers).
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from jetencode import services
-from jetencode.media.demo import seed_demo_clips
+from media import submission
+from media.demo import seed_demo_clips
 
 DEMO_JOBS = [
     {"type": "scan", "params": {"directory": "videos"}},
@@ -30,7 +30,7 @@ class Command(BaseCommand):
             return
         written = seed_demo_clips()
         for payload in DEMO_JOBS:
-            services.create_job(None, payload)
+            submission.create_job(None, payload)
         marker.touch()
         self.stdout.write(
             f"Seeded {len(written)} demo clips under {settings.MEDIA_ROOT_DIR} and {len(DEMO_JOBS)} demo jobs."

@@ -15,9 +15,9 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 
-from jetencode.media import jobtypes, webhooks
 from jetencode.models import Job
 from jetencode.permissions import can_operate
+from media import jobtypes, webhooks
 from scheduler import repository
 from scheduler.constants import HARDWARE_CHOICES, MAX_VRAM_MB, RESOURCE_CATEGORIES
 

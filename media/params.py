@@ -3,7 +3,7 @@
 One model per job type; the API, the dashboard form and the worker all validate with these, so a
 job that was accepted is a job the worker can run. Every number is bounded (nothing overflows into
 a 500 or an absurd FFmpeg run), unknown fields are refused (`extra="forbid"`), and every path is
-checked by `jetencode.media.paths` at submission (the worker checks again).
+checked by `media.paths` at submission (the worker checks again).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from jetencode.media.paths import UnsafePathError, check_relative, resolve_media_path
+from media.paths import UnsafePathError, check_relative, resolve_media_path
 
 Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"

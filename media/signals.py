@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jetencode.media.probe import MediaInfo
+from media.probe import MediaInfo
 
 SILENCE_LUFS = -70.0  # R128 gating floor: quieter than this counts as silence
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jetencode.media.probe import MediaInfo
+from media.probe import MediaInfo
 
 # (short side, peak video kbps): the usual H.264 ladder for 30 fps content.
 DEFAULT_LADDER = ((1080, 5000), (720, 2800), (480, 1400), (360, 800))
