@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "jetencode",
     "scheduler",
     "media",
+    "api",
     "workers",
     "dashboard",
 ]
@@ -55,7 +56,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "jetencode.api.middleware.JsonMethodNotAllowedMiddleware",
+    "api.middleware.JsonMethodNotAllowedMiddleware",
 ]
 
 ROOT_URLCONF = "jetencode.urls"

@@ -7,7 +7,7 @@ urlpatterns = [
     path("dashboard/", include("dashboard.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", RedirectView.as_view(pattern_name="dashboard:overview", permanent=False)),
-    path("", include("jetencode.api.urls")),  # /v2/..., /v1/sysinfo, /healthz, /metrics
+    path("", include("api.urls")),  # /v2/..., /v1/sysinfo, /healthz, /metrics
 ]
 
-handler404 = "jetencode.api.errors.handler404"  # JSON 404s under /v1/ and /v2/
+handler404 = "api.errors.handler404"  # JSON 404s under /v1/ and /v2/

@@ -7,7 +7,7 @@ import pytest
 from django.db import OperationalError, connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from jetencode.api import system
+from api import system
 from scheduler import queries, repository
 
 pytestmark = pytest.mark.django_db

@@ -22,7 +22,7 @@ PROMETHEUS = BASE_DIR / "deploy" / "prometheus"
 DASHBOARD = BASE_DIR / "deploy" / "grafana" / "jetencode.json"
 SERIES = re.compile(r"\bjetencode_[a-z_]+")
 
-# The contract with the API (jetencode/metrics.py): the names the rules and panels are written against.
+# The contract with the API (api/metrics.py): the names the rules and panels are written against.
 CONTRACT = {
     "jetencode_queue_tasks",
     "jetencode_jobs",

@@ -23,7 +23,7 @@ from securityhelpers import (
     make_target,
 )
 
-from jetencode.api.api import api
+from api.api import api
 from jetencode.models import ApiToken
 
 pytestmark = pytest.mark.django_db

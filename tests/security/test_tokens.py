@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from securityhelpers import ADMIN_ACTIONS, API, SAFE, dashboard_actions, fingerprint, make_target
 
-from jetencode.api import auth
+from api import auth
 from jetencode.models import ApiToken, hash_token
 
 pytestmark = pytest.mark.django_db

@@ -20,9 +20,9 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 from ninja import Router, Status
 
-from jetencode import metrics
-from jetencode.api.errors import AUTH_ERRORS, ErrorOut, responses
-from jetencode.api.schemas import HealthOut, SysinfoOut
+from api import metrics
+from api.errors import AUTH_ERRORS, ErrorOut, responses
+from api.schemas import HealthOut, SysinfoOut
 
 router = Router()
 

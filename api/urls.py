@@ -1,4 +1,4 @@
-"""URL patterns of the API, for `path("", include("jetencode.api.urls"))`.
+"""URL patterns of the API, for `path("", include("api.urls"))`.
 
 ninja adds a root view at "" for the API's own prefix; mounted at the site root it would answer
 "/", which belongs to the dashboard, so it is left out.
@@ -6,7 +6,7 @@ ninja adds a root view at "" for the API's own prefix; mounted at the site root 
 
 from django.urls import include, path
 
-from jetencode.api.api import api
+from api.api import api
 
 _patterns, _app_name, _namespace = api.urls
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from django.http import HttpRequest
 from ninja import Path, Router
 
-from jetencode.api.errors import AUTH_ERRORS, responses
-from jetencode.api.schemas import EvacuationOut, Text, WorkerListOut, WorkerOut
+from api.errors import AUTH_ERRORS, responses
+from api.schemas import EvacuationOut, Text, WorkerListOut, WorkerOut
 from scheduler import queries, repository
 
 router = Router(tags=["workers"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Router
 
-from jetencode.api.errors import AUTH_ERRORS, responses
-from jetencode.api.schemas import StatsOut
+from api.errors import AUTH_ERRORS, responses
+from api.schemas import StatsOut
 from scheduler import queries
 from scheduler.constants import JOB_STATUSES, RESOURCE_CATEGORIES
 

@@ -10,9 +10,9 @@ from uuid import UUID
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from jetencode.api.errors import AUTH_ERRORS, responses
-from jetencode.api.jobs import pagination
-from jetencode.api.schemas import (
+from api.errors import AUTH_ERRORS, responses
+from api.jobs import pagination
+from api.schemas import (
     MAX_LIMIT,
     MAX_PAGE,
     MoveIn,

@@ -1,6 +1,6 @@
 """The NinjaAPI instance: one router per area, token/session auth, JSON errors everywhere.
 
-Mounted at the site root (see `jetencode.api.urls`): /v2/... for jobs, queue, workers and stats,
+Mounted at the site root (see `api.urls`): /v2/... for jobs, queue, workers and stats,
 /v1/sysinfo, /healthz and /metrics. OpenAPI at /v2/openapi.json, interactive docs at /v2/docs.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from django.urls import get_script_prefix
 from ninja import NinjaAPI
 
-from jetencode.api import errors, jobs, queue, stats, system, workers
-from jetencode.api.auth import AUTH
+from api import errors, jobs, queue, stats, system, workers
+from api.auth import AUTH
 
 DESCRIPTION = """\
 Create media jobs and follow them; steer the queue; watch workers.
@@ -32,7 +32,7 @@ class JetEncodeAPI(NinjaAPI):
         return operation.view_func.__name__
 
     def get_root_path(self, path_params) -> str:
-        # Mounted at the site root without ninja's "" home view (jetencode.api.urls drops it).
+        # Mounted at the site root without ninja's "" home view (api.urls drops it).
         return get_script_prefix()
 
 

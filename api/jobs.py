@@ -13,8 +13,8 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import get_script_prefix
 from ninja import Query, Router, Status
 
-from jetencode.api.errors import AUTH_ERRORS, responses
-from jetencode.api.schemas import (
+from api.errors import AUTH_ERRORS, responses
+from api.schemas import (
     MAX_LIMIT,
     MAX_PAGE,
     JobDetailOut,
