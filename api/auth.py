@@ -9,7 +9,7 @@ Two ways in, tried in order:
    CSRF check (`X-CSRFToken` header), because a cookie is sent by the browser on its own.
 
 Then authorization, by method: GET/HEAD/OPTIONS need view permission (Viewers, Operators,
-superusers); anything else needs `jetencode.operate_queue` (Operators, superusers) *and*, for a
+superusers); anything else needs `scheduler.operate_queue` (Operators, superusers) *and*, for a
 token, the `operate` scope. Failing either is a 403 that says which.
 """
 
@@ -28,8 +28,8 @@ from ninja.errors import AuthenticationError, AuthorizationError
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
-from jetencode.models import ApiToken, hash_token
-from jetencode.permissions import can_operate, can_view
+from api.models import ApiToken, hash_token
+from scheduler.permissions import can_operate, can_view
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_TOKEN_LENGTH = 256
@@ -62,7 +62,7 @@ def authorize(request: HttpRequest, principal: Principal) -> Principal:
         raise AuthorizationError(message="this token has read scope: changes need a token with operate scope")
     if not can_operate(principal.user):
         raise AuthorizationError(
-            message="permission denied: changes need the Operators group (jetencode.operate_queue)"
+            message="permission denied: changes need the Operators group (scheduler.operate_queue)"
         )
     return principal
 

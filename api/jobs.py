@@ -26,11 +26,10 @@ from api.schemas import (
     TaskListOut,
     Text,
 )
-from jetencode.models import Job, JobOutput
 from media import submission
 from media.jobtypes import JOB_TYPES
 from scheduler import queries
-from scheduler.models import QueueTask
+from scheduler.models import Job, JobOutput, QueueTask
 from scheduler.repository import JobNotFound
 
 router = Router(tags=["jobs"])

@@ -28,7 +28,7 @@ def measure(url: str, jobs_count: int, samples: int, log=print) -> dict:
     from django.db import connection
     from django.test import Client
 
-    from jetencode.models import ApiToken
+    from api.models import ApiToken
 
     with db.connect(url) as conn:
         db.reset_queue(conn)

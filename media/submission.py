@@ -15,11 +15,11 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 
-from jetencode.models import Job
-from jetencode.permissions import can_operate
 from media import jobtypes, webhooks
 from scheduler import repository
 from scheduler.constants import HARDWARE_CHOICES, MAX_VRAM_MB, RESOURCE_CATEGORIES
+from scheduler.models import Job
+from scheduler.permissions import can_operate
 
 PRIORITY_RANGE = (-1000, 1000)
 MAX_ATTEMPTS_RANGE = (1, 20)

@@ -1,8 +1,10 @@
-"""Django admin for the queue tables: all read-only (leases and fencing included); the only changes
-are actions that call `scheduler.repository` — job controls on schedules, drain on workers.
+"""Django admin for jobs and the queue tables: all read-only (leases and fencing included); the only
+changes are actions that call `scheduler.repository` — job controls on jobs and schedules (each
+ending in `message_user` with what happened and what was refused and why), drain and evacuate on
+workers.
 
-queue_tasks, queue_task_logs and queue_fence_audit can hold millions of rows: their admins never
-count the table (CheapPaginator, no full result count, no facets), filter on fixed value lists
+jobs, queue_tasks, queue_task_logs and queue_fence_audit can hold millions of rows: their admins
+never count the table (CheapPaginator, no full result count, no facets), filter on fixed value lists
 instead of SELECT DISTINCT, and search by exact ids that hit an index.
 """
 
@@ -14,9 +16,8 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from jetencode.admin import CheapPaginationMixin, JobActionsMixin, ReadOnlyAdmin, choices_filter
-from jetencode.permissions import can_operate
 from scheduler import repository
+from scheduler.adminkit import MAX_ACTION_ROWS, CheapPaginationMixin, ReadOnlyAdmin, choices_filter
 from scheduler.constants import (
     LIFECYCLES,
     PLACEMENTS,
@@ -27,6 +28,8 @@ from scheduler.constants import (
 )
 from scheduler.models import (
     FenceAudit,
+    Job,
+    JobOutput,
     JobSchedule,
     QueueReservation,
     QueueSample,
@@ -35,13 +38,78 @@ from scheduler.models import (
     SchedulerState,
     TaskLog,
 )
+from scheduler.permissions import can_operate
+
+
+class JobActionsMixin:
+    """Admin actions on jobs through the repository. `job_id_of(obj)` maps a row to its job."""
+
+    def has_operate_permission(self, request) -> bool:
+        return can_operate(request.user)
+
+    def job_ids(self, queryset) -> list:
+        return list(queryset.values_list(self.job_id_field, flat=True)[:MAX_ACTION_ROWS])
+
+    def run_job_action(self, request, queryset, operation, done: str) -> None:
+        succeeded, refused = 0, []
+        for job_id in self.job_ids(queryset):
+            try:
+                operation(job_id)
+            except (repository.ActionNotAllowed, repository.JobNotFound, repository.InvalidArgument) as exc:
+                refused.append(f"{str(job_id)[:8]}: {exc}")
+            else:
+                succeeded += 1
+        if succeeded:
+            self.message_user(
+                request, f"{done} {succeeded} job{'s' if succeeded != 1 else ''}.", messages.SUCCESS
+            )
+        if refused:
+            more = f" (and {len(refused) - 10} more)" if len(refused) > 10 else ""
+            self.message_user(request, "Refused: " + "; ".join(refused[:10]) + more, messages.WARNING)
+
+    @admin.action(description="Cancel selected jobs", permissions=["operate"])
+    def cancel_jobs(self, request, queryset):
+        self.run_job_action(request, queryset, repository.cancel, "Cancel requested for")
+
+    @admin.action(description="Retry selected failed jobs", permissions=["operate"])
+    def retry_jobs(self, request, queryset):
+        self.run_job_action(request, queryset, repository.retry, "Retrying")
+
+    @admin.action(description="Pause selected jobs", permissions=["operate"])
+    def pause_jobs(self, request, queryset):
+        self.run_job_action(request, queryset, repository.pause, "Paused")
+
+    @admin.action(description="Resume selected jobs", permissions=["operate"])
+    def resume_jobs(self, request, queryset):
+        self.run_job_action(request, queryset, repository.resume, "Resumed")
+
+    @admin.action(
+        description="Redispatch selected jobs (new execution on any worker)", permissions=["operate"]
+    )
+    def redispatch_jobs(self, request, queryset):
+        who = request.user.get_username()
+        self.run_job_action(
+            request,
+            queryset,
+            lambda job_id: repository.redispatch(job_id, f"redispatched in the admin by {who}"),
+            "Redispatched",
+        )
+
+    job_actions = ["cancel_jobs", "retry_jobs", "pause_jobs", "resume_jobs", "redispatch_jobs"]
+
+
+def _search_uuid(term: str):
+    try:
+        return uuid.UUID(term.strip())
+    except ValueError:
+        return None
 
 
 def _job_link(job_id):
     if not job_id:
         return ""
     return format_html(
-        '<a href="{}">{}</a>', reverse("admin:jetencode_job_change", args=[job_id]), str(job_id)[:8]
+        '<a href="{}">{}</a>', reverse("admin:scheduler_job_change", args=[job_id]), str(job_id)[:8]
     )
 
 
@@ -60,6 +128,107 @@ def _ids_search(queryset, term: str, *, int_field: str | None, uuid_field: str |
     if text_fields:
         return queryset.filter(**{text_fields[0]: term})
     return queryset.none()
+
+
+@admin.register(Job)
+class JobAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
+    job_id_field = "pk"
+    actions = JobActionsMixin.job_actions
+    list_display = (
+        "short_id",
+        "type",
+        "status",
+        "progress_display",
+        "live_priority",
+        "worker",
+        "created_at",
+        "finished_at",
+        "created_by",
+    )
+    # media/admin.py registers this again with a filter on the job types (that app's registry).
+    list_filter = ("status", "hardware", "created_at")
+    list_select_related = ("schedule", "created_by")
+    search_fields = ("type",)
+    search_help_text = "A job id (exact) or a job type."
+    ordering = ("-created_at",)
+    readonly_fields = ("dashboard_link",)
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "dashboard_link",
+                    "id",
+                    "type",
+                    "status",
+                    "progress",
+                    "params",
+                    "priority",
+                    "max_attempts",
+                    "manual_retry_count",
+                    "last_error",
+                )
+            },
+        ),
+        ("Resources", {"fields": ("hardware", "resource_category", "vram_mb", "webhook_url")}),
+        (
+            "History",
+            {"fields": ("created_by", "created_at", "updated_at", "started_at", "finished_at", "log")},
+        ),
+    )
+
+    def get_search_results(self, request, queryset, search_term):
+        job_id = _search_uuid(search_term)
+        if job_id is not None:
+            return queryset.filter(pk=job_id), False
+        return queryset.filter(type__icontains=search_term.strip()) if search_term else queryset, False
+
+    @admin.display(description="job", ordering="created_at")
+    def short_id(self, obj):
+        return str(obj.pk)[:8]
+
+    @admin.display(description="progress", ordering="progress")
+    def progress_display(self, obj):
+        return f"{obj.progress}%"
+
+    @admin.display(description="priority", ordering="schedule__priority")
+    def live_priority(self, obj):
+        schedule = getattr(obj, "schedule", None)
+        return schedule.priority if schedule else obj.priority
+
+    @admin.display(description="worker")
+    def worker(self, obj):
+        schedule = getattr(obj, "schedule", None)
+        if schedule is None:
+            return ""
+        if schedule.assigned_worker_uid:
+            return schedule.assigned_worker_uid
+        return f"→ {schedule.required_worker_uid}" if schedule.required_worker_uid else ""
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, obj):
+        tasks = reverse("admin:scheduler_queuetask_changelist") + f"?q={obj.pk}"
+        return format_html(
+            '<a href="{}">Open on the dashboard</a> · <a href="{}">Stage deliveries</a>',
+            reverse("dashboard:job", args=[obj.pk]),
+            tasks,
+        )
+
+
+@admin.register(JobOutput)
+class JobOutputAdmin(CheapPaginationMixin, ReadOnlyAdmin):
+    list_display = ("name", "job", "kind", "size_bytes", "execution_id", "storage_url", "created_at")
+    list_filter = (choices_filter("kind", ["video", "image", "playlist", "data", "file"]),)
+    list_select_related = ("job",)
+    search_fields = ("name",)
+    search_help_text = "A job id (exact) or part of a file name."
+    ordering = ("-id",)
+
+    def get_search_results(self, request, queryset, search_term):
+        job_id = _search_uuid(search_term)
+        if job_id is not None:
+            return queryset.filter(job_id=job_id), False
+        return super().get_search_results(request, queryset, search_term)
 
 
 @admin.register(JobSchedule)

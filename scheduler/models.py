@@ -1,25 +1,110 @@
-"""Queue state: one schedule row per job, one row per stage delivery, workers and reservations.
+"""Jobs and queue state: the job and its published outputs, one schedule row per job, one row per
+stage delivery, workers and reservations.
 
-These models give Django the schema (migrations, admin, reads). Every *write* to queue state goes
-through `scheduler.repository`, whose SQL lives in `scheduler/sql/`; the constraints below let the
-database refuse what the repository must never write.
+These models give Django the schema (migrations, admin, reads). Every *write* to a job or to queue
+state goes through `scheduler.repository`, whose SQL lives in `scheduler/sql/` (a job's status,
+progress and log change in the same transaction as the task transitions that cause them); the
+constraints below let the database refuse what the repository must never write.
 """
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
-from jetencode.models import Job
 from scheduler.constants import (
+    HARDWARE_CHOICES,
+    JOB_STATUSES,
     LIFECYCLES,
     PLACEMENTS,
     POOLS,
     RESERVATION_STATES,
     RESOURCE_CATEGORIES,
     TASK_STATES,
+    TERMINAL_STATUSES,
 )
+
+
+class Job(models.Model):
+    """A job: its type and params as submitted, the resources it asked for, and what the scheduler
+    derives from its tasks (status, progress, the capped log). Queue state is on `JobSchedule`."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    type = models.TextField()
+    params = models.JSONField(default=dict)
+    status = models.TextField(default="pending", choices=[(s, s) for s in JOB_STATUSES])
+    priority = models.IntegerField(
+        default=0, help_text="As requested at creation; the live value is on the schedule."
+    )
+    max_attempts = models.IntegerField(default=4)
+    hardware = models.TextField(default="auto", choices=[(h, h) for h in HARDWARE_CHOICES])
+    resource_category = models.TextField(null=True, blank=True, help_text="Override for GPU-capable stages")
+    vram_mb = models.IntegerField(null=True, blank=True, help_text="Override for GPU-capable stages")
+    webhook_url = models.TextField(null=True, blank=True)
+    progress = models.SmallIntegerField(default=0)
+    log = models.TextField(default="", blank=True, help_text="Capped, append-only job log")
+    manual_retry_count = models.IntegerField(default=0)
+    last_error = models.TextField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "jobs"
+        permissions = [("operate_queue", "Can steer the queue: create, move, pause, cancel and retry jobs")]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="jobs_status_created"),
+            models.Index(fields=["-created_at"], name="jobs_created"),
+            models.Index(fields=["type", "-created_at"], name="jobs_type_created"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=list(JOB_STATUSES)), name="jobs_status_valid"),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0, progress__lte=100), name="jobs_progress_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(hardware__in=list(HARDWARE_CHOICES)), name="jobs_hardware_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1, max_attempts__lte=20), name="jobs_max_attempts_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.id}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class JobOutput(models.Model):
+    """A file a stage published under JETENCODE_OUTPUT_ROOT/<job id>/ (or the S3 bucket)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="outputs")
+    execution_id = models.IntegerField()
+    task_id = models.BigIntegerField()
+    name = models.TextField(help_text="Path relative to the job's output directory")
+    kind = models.TextField(default="file")
+    storage_url = models.TextField(blank=True, default="")
+    size_bytes = models.BigIntegerField(default=0)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "job_outputs"
+        constraints = [
+            models.UniqueConstraint(fields=["job", "execution_id", "name"], name="job_outputs_once"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class SchedulerState(models.Model):

@@ -28,7 +28,7 @@ def _reseed_migration_rows(request):
         cursor.execute(
             "INSERT INTO queue_scheduler_state (id, rebalances, updated_at) VALUES (1, 0, now()) ON CONFLICT DO NOTHING"
         )
-    from jetencode.permissions import ensure_groups
+    from scheduler.permissions import ensure_groups
 
     ensure_groups()
     yield

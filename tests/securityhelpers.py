@@ -11,10 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+from api.models import ApiToken
 from dashboard.views.actions import JOB_ACTIONS
-from jetencode.models import ApiToken, Job, MediaAsset
+from media.models import MediaAsset
 from scheduler import repository
-from scheduler.models import JobSchedule, QueueWorker
+from scheduler.models import Job, JobSchedule, QueueWorker
 
 PERSONAS = ("anonymous", "viewer", "operator", "admin")
 PASSWORD = "a long and unguessable password 42"
@@ -283,26 +284,26 @@ def dashboard_actions(world):
 
 ADMIN_ACTIONS = {
     # (model label, action): (make the target, effect)
-    ("jetencode.Job", "cancel_jobs"): ("job", lambda pk: _status(pk) == "cancelled"),
-    ("jetencode.Job", "retry_jobs"): ("failed_job", lambda pk: _status(pk) == "pending"),
-    ("jetencode.Job", "pause_jobs"): ("job", lambda pk: _schedule(pk).paused),
-    ("jetencode.Job", "resume_jobs"): ("paused_job", lambda pk: not _schedule(pk).paused),
-    ("jetencode.Job", "redispatch_jobs"): ("job", lambda pk: _schedule(pk).execution_id == 2),
+    ("scheduler.Job", "cancel_jobs"): ("job", lambda pk: _status(pk) == "cancelled"),
+    ("scheduler.Job", "retry_jobs"): ("failed_job", lambda pk: _status(pk) == "pending"),
+    ("scheduler.Job", "pause_jobs"): ("job", lambda pk: _schedule(pk).paused),
+    ("scheduler.Job", "resume_jobs"): ("paused_job", lambda pk: not _schedule(pk).paused),
+    ("scheduler.Job", "redispatch_jobs"): ("job", lambda pk: _schedule(pk).execution_id == 2),
     ("scheduler.JobSchedule", "cancel_jobs"): ("job", lambda pk: _status(pk) == "cancelled"),
     ("scheduler.JobSchedule", "retry_jobs"): ("failed_job", lambda pk: _status(pk) == "pending"),
     ("scheduler.JobSchedule", "pause_jobs"): ("job", lambda pk: _schedule(pk).paused),
     ("scheduler.JobSchedule", "resume_jobs"): ("paused_job", lambda pk: not _schedule(pk).paused),
     ("scheduler.JobSchedule", "redispatch_jobs"): ("job", lambda pk: _schedule(pk).execution_id == 2),
-    ("jetencode.MediaAsset", "validate_assets"): (
+    ("media.MediaAsset", "validate_assets"): (
         "asset",
         lambda pk: Job.objects.filter(type="validate", params__video_id=str(pk)).exists(),
     ),
-    ("jetencode.MediaAsset", "delete_selected"): (
+    ("media.MediaAsset", "delete_selected"): (
         "asset",
         lambda pk: not MediaAsset.objects.filter(pk=pk).exists(),
     ),
-    ("jetencode.ApiToken", "revoke_tokens"): ("token", lambda pk: ApiToken.objects.get(pk=pk).revoked),
-    ("jetencode.ApiToken", "delete_selected"): (
+    ("api.ApiToken", "revoke_tokens"): ("token", lambda pk: ApiToken.objects.get(pk=pk).revoked),
+    ("api.ApiToken", "delete_selected"): (
         "token",
         lambda pk: not ApiToken.objects.filter(pk=pk).exists(),
     ),

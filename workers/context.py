@@ -212,7 +212,7 @@ class RunContext:
 
     def _load_job_resources(self) -> tuple[str | None, int | None]:
         if self._job_resources is None:
-            from jetencode.models import Job
+            from scheduler.models import Job
 
             row = Job.objects.filter(id=self.job_id).values_list("resource_category", "vram_mb").first()
             self._job_resources = tuple(row) if row else (None, None)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.urls import reverse
 
 from dashboard.views.common import answer, operator_required
-from jetencode.models import Job
 from scheduler import queries, repository
+from scheduler.models import Job
 
 MOVE_DIRECTIONS = ("up", "down", "top", "bottom")
 

@@ -21,7 +21,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from jetencode.permissions import can_operate, can_view
+from scheduler.permissions import can_operate, can_view
 
 
 def role_of(user) -> str:

@@ -16,13 +16,13 @@ from django.utils import timezone
 from dashboard.files import serve_output
 from dashboard.forms import FormError, JobForm
 from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
-from jetencode.models import Job, JobOutput, MediaAsset
 from media.jobtypes import JOB_TYPES
+from media.models import MediaAsset
 from media.submission import ValidationError as JobValidationError
 from media.submission import create_job
 from scheduler import queries
 from scheduler.constants import HARDWARE_CHOICES, JOB_STATUSES, RESOURCE_CATEGORIES, TERMINAL_STATUSES
-from scheduler.models import QueueTask, QueueWorker
+from scheduler.models import Job, JobOutput, QueueTask, QueueWorker
 
 PAGE_SIZE = 25
 LOG_LINES = 200

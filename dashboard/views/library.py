@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from dashboard.files import serve_output
 from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
-from jetencode.models import MediaAsset
+from media.models import MediaAsset
 from media.submission import ValidationError as JobValidationError
 from media.submission import create_job
 

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from jetencode.models import ApiToken
+from api.models import ApiToken
 from scheduler import repository
 
 

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils.crypto import get_random_string
 
-from jetencode.models import ApiToken
+from api.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 

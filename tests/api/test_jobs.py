@@ -7,9 +7,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jetencode.models import Job
 from scheduler import repository
-from scheduler.models import JobSchedule
+from scheduler.models import Job, JobSchedule
 
 pytestmark = pytest.mark.django_db
 

@@ -112,7 +112,7 @@ def test_the_operator_sees_controls(operator_client, job):
 
 
 def repository_state(job_id):
-    from jetencode.models import Job
+    from scheduler.models import Job
 
     job = Job.objects.select_related("schedule").get(pk=job_id)
     return job.status, job.schedule.paused

@@ -8,13 +8,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from jetencode.models import ApiToken, Job, MediaAsset, hash_token
+from api.models import ApiToken, hash_token
+from media.models import MediaAsset
 from scheduler import repository
-from scheduler.models import JobSchedule, QueueTask, QueueWorker
+from scheduler.models import Job, JobSchedule, QueueTask, QueueWorker
 
 pytestmark = pytest.mark.django_db
 
-PROJECT_APPS = ("jetencode", "scheduler")
+PROJECT_APPS = ("scheduler", "media", "api")
 
 
 def project_models():
@@ -119,7 +120,7 @@ def test_a_staff_viewer_has_no_actions(client, charlie):
     charlie.is_staff = True
     charlie.save()
     client.force_login(charlie)
-    response = client.get(reverse("admin:jetencode_job_changelist"))
+    response = client.get(reverse("admin:scheduler_job_changelist"))
     assert response.status_code == 200
     assert "cancel_jobs" not in response.content.decode()
 
@@ -153,12 +154,12 @@ def test_task_search_by_ids(superuser_client, enqueue):
     assert f">{task.pk}<" in superuser_client.get(url + f"?q={task.pk}").content.decode()
     assert str(job)[:8] in superuser_client.get(url + f"?q={job}").content.decode()
     assert superuser_client.get(url + "?q=not-a-number").status_code == 200
-    assert superuser_client.get(reverse("admin:jetencode_job_changelist") + f"?q={job}").status_code == 200
+    assert superuser_client.get(reverse("admin:scheduler_job_changelist") + f"?q={job}").status_code == 200
 
 
 def test_adding_an_api_token_shows_it_once_and_stores_its_hash(superuser_client, bob):
     response = superuser_client.post(
-        reverse("admin:jetencode_apitoken_add"),
+        reverse("admin:api_apitoken_add"),
         {"user": bob.pk, "name": "ci", "scope": "operate"},
         follow=True,
     )
@@ -170,7 +171,7 @@ def test_adding_an_api_token_shows_it_once_and_stores_its_hash(superuser_client,
     assert (
         raw
         not in superuser_client.get(
-            reverse("admin:jetencode_apitoken_change", args=[token.pk])
+            reverse("admin:api_apitoken_change", args=[token.pk])
         ).content.decode()
     )
     run_action(superuser_client, ApiToken, "revoke_tokens", [token.pk])

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jetencode.models import Job
-from scheduler.models import QueueWorker
+from scheduler.models import Job, QueueWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from jetencode.models import Job, JobOutput
 from scheduler import repository
+from scheduler.models import Job, JobOutput
 
 pytestmark = pytest.mark.django_db
 

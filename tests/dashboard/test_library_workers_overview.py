@@ -8,9 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dashboard import charts
-from jetencode.models import Job, MediaAsset
+from media.models import MediaAsset
 from scheduler import repository
-from scheduler.models import QueueSample
+from scheduler.models import Job, QueueSample
 
 LIBRARY = "/dashboard/library"
 

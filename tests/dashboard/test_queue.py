@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse, set_script_prefix
 
 from dashboard.templatetags.dashboard import job_url
-from jetencode.models import Job
 from scheduler import repository
+from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db
 

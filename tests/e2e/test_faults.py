@@ -11,10 +11,10 @@ import uuid
 import psutil
 import pytest
 
-from jetencode.models import JobOutput
 from media.probe import probe
 from media.submission import create_job
 from scheduler import repository
+from scheduler.models import JobOutput
 from tests.e2e.e2ekit import ffmpeg_processes
 from tests.worker.workerkit import HEARTBEAT, one, sql, wait_for
 

@@ -27,10 +27,11 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from jetencode.models import JobOutput, MediaAsset
 from media import webhooks
+from media.models import MediaAsset
 from media.probe import MediaInfo, is_faststart, probe
 from media.submission import create_job
+from scheduler.models import JobOutput
 from tests.e2e.e2ekit import WEBHOOK_SECRET, Clips, Launcher, Roots, ffmpeg_processes
 from tests.media.receiver import Receiver
 from tests.worker.workerkit import one, sql, wait_for

@@ -9,8 +9,8 @@ import os
 import pytest
 from django.test import override_settings
 
-from jetencode.models import Job
 from media.submission import ValidationError, create_job
+from scheduler.models import Job
 from tests.worker.workerkit import one
 
 # No worker here: nothing needs committed data, so each test rolls back instead of flushing.

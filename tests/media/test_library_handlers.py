@@ -6,8 +6,9 @@ import uuid
 
 import pytest
 
-from jetencode.models import Job, MediaAsset
+from media.models import MediaAsset
 from media.probe import probe
+from scheduler.models import Job
 from tests.media.localctx import LocalContext, run_job, run_stage
 from tests.media.receiver import Receiver
 from workers.stages.base import PermanentFailure

@@ -24,7 +24,7 @@ from securityhelpers import (
 )
 
 from api.api import api
-from jetencode.models import ApiToken
+from api.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
@@ -137,7 +137,7 @@ def _admin_actions_of_the_project(superuser) -> set[tuple[str, str]]:
     request.user = superuser
     found = set()
     for model, model_admin in admin.site._registry.items():
-        if model._meta.app_label not in ("jetencode", "scheduler"):
+        if model._meta.app_label not in ("scheduler", "media", "api"):
             continue
         for name in model_admin.get_actions(request):
             found.add((model._meta.label, name))

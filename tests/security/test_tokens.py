@@ -20,7 +20,7 @@ from django.urls import reverse
 from securityhelpers import ADMIN_ACTIONS, API, SAFE, dashboard_actions, fingerprint, make_target
 
 from api import auth
-from jetencode.models import ApiToken, hash_token
+from api.models import ApiToken, hash_token
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]

@@ -193,7 +193,7 @@ def clip_generate(ctx: StageContext) -> dict:
     if params.ranges:
         ranges = [(r.start, r.end) for r in params.ranges]
     elif source.video_id:
-        from jetencode.models import MediaAsset
+        from media.models import MediaAsset
 
         stored = MediaAsset.objects.filter(id=source.video_id).values_list("scenes", flat=True).first() or []
         ranges = [

@@ -76,7 +76,7 @@ def _checked(rel: str, what: str, video_id: str | None) -> Source:
 
 def asset_source(video_id) -> Source:
     """A library asset's file, with the same containment checks as a user-given path."""
-    from jetencode.models import MediaAsset
+    from media.models import MediaAsset
 
     asset = MediaAsset.objects.filter(id=video_id).only("path").first()
     if asset is None:
@@ -95,7 +95,7 @@ def resolve_source(params: Params) -> Source:
 def resolve_sources(params: Params) -> list[Source]:
     """The inputs of a multi-input type, in the order given."""
     if getattr(params, "video_ids", None) is not None:
-        from jetencode.models import MediaAsset
+        from media.models import MediaAsset
 
         ids = [str(v) for v in params.video_ids]
         assets = {str(a.id): a.path for a in MediaAsset.objects.filter(id__in=ids).only("path")}

@@ -83,7 +83,7 @@ def choose_random(assets: list, count: int, seed: int) -> list:
 
 @stage("compile_random")
 def compile_random(ctx: StageContext) -> dict:
-    from jetencode.models import MediaAsset
+    from media.models import MediaAsset
 
     params = stage_params(ctx, "compile_random")
     query = MediaAsset.objects.filter(

@@ -51,7 +51,7 @@ UPDATABLE_FIELDS = frozenset({"thumbnail", "tags", "scenes"})
 
 
 def _asset_model():
-    from jetencode.models import MediaAsset
+    from media.models import MediaAsset
 
     return MediaAsset
 
@@ -251,7 +251,7 @@ def library_register(ctx: StageContext) -> dict:
             shutil.copyfile(source, temp)
         os.replace(temp, dest)
         ctx.log(f"{workspace_rel(ctx, source)} -> media root {payload['path']}")
-    from jetencode.models import Job
+    from scheduler.models import Job
 
     MediaAsset = _asset_model()
     # The job row normally exists; if retention removed it, register the asset without the link.

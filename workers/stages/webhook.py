@@ -26,7 +26,7 @@ def _display(url: str) -> str:
 
 def job_summary(job_id: str) -> dict:
     """The JSON summary of a job a receiver gets as `data`: status, timing, error and outputs."""
-    from jetencode.models import Job
+    from scheduler.models import Job
 
     job = Job.objects.filter(pk=job_id).first()
     if job is None:

@@ -7,8 +7,8 @@ again, so a lost token is revoked (admin) and replaced.
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from jetencode.models import ApiToken
-from jetencode.permissions import can_operate, can_view
+from api.models import ApiToken
+from scheduler.permissions import can_operate, can_view
 
 
 class Command(BaseCommand):
@@ -41,7 +41,7 @@ class Command(BaseCommand):
             )
         elif scope == "operate" and not can_operate(user):
             self.stderr.write(
-                f"warning: {username} lacks jetencode.operate_queue: changes will get 403 "
+                f"warning: {username} lacks scheduler.operate_queue: changes will get 403 "
                 "(add the user to the Operators group)"
             )
         token, raw = ApiToken.issue(user, scope=scope, name=name)

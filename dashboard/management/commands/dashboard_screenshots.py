@@ -58,8 +58,7 @@ class Command(BaseCommand):
             browser.close()
 
     def pages(self) -> list[tuple[str, str]]:
-        from jetencode.models import JobOutput
-        from scheduler.models import QueueWorker
+        from scheduler.models import JobOutput, QueueWorker
 
         pages = [
             ("overview", "/dashboard/?hours=1"),

@@ -1,0 +1,44 @@
+"""API tokens: bearer credentials of a user, with a scope (read or operate)."""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token. Only its SHA-256 is stored; the raw value is shown once at creation."""
+
+    SCOPES = [("read", "read"), ("operate", "operate")]
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.TextField(blank=True, default="")
+    scope = models.TextField(choices=SCOPES, default="read")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(
+        max_length=12, editable=False, help_text="First characters, to recognise a token"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "api_tokens"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(scope__in=["read", "operate"]), name="api_tokens_scope")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user}, {self.scope})"
+
+    @classmethod
+    def issue(cls, user, scope: str = "read", name: str = "") -> tuple["ApiToken", str]:
+        raw = "jet_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            user=user, scope=scope, name=name, token_hash=hash_token(raw), prefix=raw[:12]
+        )
+        return token, raw
