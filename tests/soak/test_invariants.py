@@ -10,8 +10,8 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from sqlhelpers import claim, expire_lease, lease_of, make_available, one, sql
 
-from jetencode.soak import invariants
 from scheduler import repository
+from tools.soak import invariants
 
 pytestmark = pytest.mark.django_db
 

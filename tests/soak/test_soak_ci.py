@@ -19,8 +19,8 @@ from django.core.management import call_command
 from django.db import connection
 from sqlhelpers import one
 
-from jetencode.soak.harness import SoakConfig, run_soak
-from jetencode.soak.postgres import PrivatePostgres
+from tools.soak.harness import SoakConfig, run_soak
+from tools.soak.postgres import PrivatePostgres
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 `run_soak(config, database_url=...)` runs against the database Django's default connection points
 at (the harness enqueues, steers and checks through it) and gives the workers `database_url`, which
-must name the same database. The management command (`manage.py soak`) makes a scratch database or a
+must name the same database. `python -m tools.soak` (`__main__.py`) makes a scratch database or a
 private PostgreSQL instance for it; the test suite uses its own test database.
 
 Phases:
@@ -37,8 +37,10 @@ from typing import Any
 import psycopg
 from django.db import connection
 
-from jetencode.soak import invariants
-from jetencode.soak.faults import (
+from scheduler import queries, repository
+from scheduler.constants import TERMINAL_STATUSES as TERMINAL
+from tools.soak import invariants
+from tools.soak.faults import (
     FaultInjector,
     OperatorChaos,
     StaleWriteProber,
@@ -46,8 +48,6 @@ from jetencode.soak.faults import (
     _connection_errors,
     reset_django_connection,
 )
-from scheduler import queries, repository
-from scheduler.constants import TERMINAL_STATUSES as TERMINAL
 
 
 @dataclass

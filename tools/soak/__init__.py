@@ -8,5 +8,5 @@ invariant of docs/reliability.md is checked in SQL.
 - `invariants`: every invariant as one SQL query with a named pass/fail result and a count.
 - `postgres`: a private PostgreSQL instance (for the restart fault) and scratch databases.
 
-Run it with `python manage.py soak` (see docs/reliability.md).
+Run it with `python -m tools.soak` (see docs/reliability.md).
 """
