@@ -1,13 +1,14 @@
-"""Install the scheduler's SQL functions (scheduler/sql/functions_v1.sql) and seed the singleton.
+"""Install the scheduler's first SQL functions and seed the singleton.
 
-The SQL file is read when this migration runs. A release that changes a function's behaviour adds
-a *_v2 function in a new SQL file and migration, so workers of the previous release keep working
-during a rolling deploy.
+Runs scheduler/sql/migrations/0002_functions_v1.sql: the v1 functions as this migration first
+installed them. A release that changes a function's contract adds a *_v2 function in a new
+migration with its own snapshot, so workers of the previous release keep working during a rolling
+deploy.
 """
 
 from django.db import migrations
 
-from scheduler.migrations import reinstall_functions_v1 as install_functions
+from scheduler.migrations import run_sql_file
 
 
 def seed_singleton(apps, schema_editor):
@@ -20,6 +21,6 @@ class Migration(migrations.Migration):
     dependencies = [("scheduler", "0001_initial")]
 
     operations = [
-        migrations.RunPython(install_functions, migrations.RunPython.noop),
+        migrations.RunPython(run_sql_file("0002_functions_v1.sql"), migrations.RunPython.noop),
         migrations.RunPython(seed_singleton, migrations.RunPython.noop),
     ]

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-from scheduler.migrations import reinstall_functions_v1
+from scheduler.migrations import run_sql_file
 
 
 class Migration(migrations.Migration):
@@ -31,5 +31,5 @@ class Migration(migrations.Migration):
             index=models.Index(fields=["operation", "accepted"], name="fence_audit_operation"),
         ),
         # purge_history_v1 now carries the purged counts (same v1 contract, pre-release).
-        migrations.RunPython(reinstall_functions_v1, migrations.RunPython.noop),
+        migrations.RunPython(run_sql_file("0004_metric_carry.sql"), migrations.RunPython.noop),
     ]

@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from scheduler.migrations import reinstall_functions_v1
+from scheduler.migrations import run_sql_file
 
 
 class Migration(migrations.Migration):
@@ -37,5 +37,5 @@ class Migration(migrations.Migration):
         ),
         # Write-path helpers in PL/pgSQL (plans kept per session), enqueue without a full refresh,
         # SET enable_seqscan = off on the write path (same v1 contract, pre-release).
-        migrations.RunPython(reinstall_functions_v1, migrations.RunPython.noop),
+        migrations.RunPython(run_sql_file("0005_hot_path.sql"), migrations.RunPython.noop),
     ]

@@ -18,7 +18,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("jetencode", "0002_groups"),
-        ("scheduler", "0007_failover"),
+        ("scheduler", "0008_sql_by_concern"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,3 +1,7 @@
+-- Installed by migration 0004_metric_carry: scheduler/sql/functions_v1.sql as it was at commit 9a3534fa3b5b,
+-- the commit that added the migration. A snapshot: never edit it (the current SQL lives in
+-- scheduler/sql/functions/; a change there ships in a new migration with its own snapshot).
+--
 -- JetEncode scheduler, version 1: every statement that changes queue state.
 --
 -- Versioned names (claim_task_v1, ...) let a rolling deploy run old and new workers side by side: a
@@ -6,12 +10,6 @@
 -- Canonical lock order, everywhere: worker row -> queue_scheduler_state (claims and operator
 -- controls) -> job_schedule row -> queue_tasks rows. Heartbeats and finishes skip the scheduler row.
 -- Every time is PostgreSQL's now(); the application clock is never trusted.
---
--- The write path (enqueue, claim, progress, heartbeat, finish, fail, release, refresh) runs with
--- `SET enable_seqscan = off`: PL/pgSQL plans its statements once per session and keeps them, and a
--- plan made while the queue's statistics say it is empty (a fresh queue after ANALYZE, or one
--- autovacuum analyzed while drained) turns every primary-key lookup into a sequential scan until
--- the next ANALYZE (~20 whole-table scans per stage, measured in docs/benchmarks.md).
 --
 -- Errors raised for the repository to map:
 --   JE404  the job does not exist            JE409  the action does not apply in the job's state
@@ -26,11 +24,9 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Children and webhooks are deduplicated by SHA-256(task type, 0x1f, canonical payload).
--- jsonb's text form is canonical (keys sorted, whitespace normalised). STABLE, like convert_to: a
--- SQL function is inlined into its caller's plan only if it is no less volatile than its body;
--- declared IMMUTABLE it was called out of line and planned afresh on every insert.
+-- jsonb's text form is canonical (keys sorted, whitespace normalised).
 CREATE OR REPLACE FUNCTION dedupe_key_v1(p_type text, p_payload jsonb) RETURNS text
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql IMMUTABLE AS $$
   SELECT encode(sha256(convert_to(p_type, 'UTF8') || '\x1f'::bytea || convert_to(p_payload::text, 'UTF8')), 'hex')
 $$;
 
@@ -41,19 +37,13 @@ $$;
 
 -- Append-only audit of fenced writes (accepted completions, failures, releases, publications,
 -- recoveries; every rejection).
---
--- Write-path helpers are PL/pgSQL, not SQL: a SQL function that cannot be inlined (an INSERT or
--- UPDATE can't) is parsed and planned again on every call, while PL/pgSQL keeps its plans for the
--- session. On a noop stage that was ~1 ms of PostgreSQL CPU out of ~4.
 CREATE OR REPLACE FUNCTION audit_v1(p_task queue_tasks, p_operation text, p_accepted boolean, p_reason text,
                                     p_token uuid, p_worker text, p_session uuid) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
+LANGUAGE sql AS $$
   INSERT INTO queue_fence_audit (at, task_id, job_id, operation, accepted, reason, lease_token, worker_uid,
                                  session_id, attempt, execution_id)
   VALUES (now(), p_task.id, p_task.job_id, p_operation, p_accepted, coalesce(p_reason, ''), p_token, p_worker,
-          p_session, p_task.attempt, p_task.execution_id);
-END
+          p_session, p_task.attempt, p_task.execution_id)
 $$;
 
 -- The fence: NULL when the caller still owns the task, else the first condition that fails.
@@ -80,9 +70,7 @@ $$;
 -- enters a terminal status. Called by every transition, after it has locked the job_schedule row.
 -- Cluster-placement tasks (webhooks) never influence the job's status.
 CREATE OR REPLACE FUNCTION refresh_job_v1(p_job uuid, p_log text DEFAULT NULL) RETURNS text
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   s job_schedule%ROWTYPE;
   j record;
@@ -177,18 +165,14 @@ BEGIN
 END
 $$;
 
--- A job execution starts with one dispatch task: media pool, cpu category, no VRAM, available now
--- (enqueue_job_v1 writes the job's derived columns from exactly these facts).
 CREATE OR REPLACE FUNCTION insert_dispatch_v1(p_job uuid, p_execution int, p_type text, p_max_attempts int,
                                               p_timeout float) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
+LANGUAGE sql AS $$
   INSERT INTO queue_tasks (job_id, execution_id, task_type, payload, dedupe_key, wait_for_siblings, placement,
                            pool, resource_category, vram_mb, state, available_at, attempt, max_attempts,
                            timeout_seconds, progress, progress_detail, created_at)
   VALUES (p_job, p_execution, p_type, '{}', dedupe_key_v1('dispatch', jsonb_build_object('execution', p_execution)),
-          false, 'dispatch', 'media', 'cpu', 0, 'pending', now(), 0, p_max_attempts, p_timeout, 0, '{}', now());
-END
+          false, 'dispatch', 'media', 'cpu', 0, 'pending', now(), 0, p_max_attempts, p_timeout, 0, '{}', now())
 $$;
 
 -- A worker may take targeted dispatch only while active and fresh.
@@ -211,9 +195,7 @@ CREATE OR REPLACE FUNCTION enqueue_job_v1(
   p_required_category text, p_required_vram int, p_timeout float, p_created_by int, p_stale_seconds float,
   p_notify boolean DEFAULT true
 ) RETURNS uuid
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   new_id uuid := gen_random_uuid();
   refusal text;
@@ -225,19 +207,16 @@ BEGIN
         DETAIL = refusal || ': ' || p_required_worker;
     END IF;
   END IF;
-  -- A new job has exactly one task, its pending dispatch (insert_dispatch_v1), so the columns
-  -- refresh_job_v1 derives are written directly: pending, runnable now in the cpu category.
   INSERT INTO jobs (id, type, params, status, priority, max_attempts, hardware, resource_category, vram_mb,
                     webhook_url, progress, log, manual_retry_count, created_by_id, created_at, updated_at)
   VALUES (new_id, p_type, p_params, 'pending', p_priority, p_max_attempts, p_hardware, p_category, p_vram,
-          p_webhook_url, 0, log_line_v1('created ' || p_type || coalesce(' for worker ' || p_required_worker, '')),
-          0, p_created_by, now(), now());
+          p_webhook_url, 0, '', 0, p_created_by, now(), now());
   INSERT INTO job_schedule (job_id, execution_id, priority, position, required_worker_uid, assigned_worker_uid,
-                            execution_mode, paused, required_category, required_vram_mb,
-                            media_runnable_at, media_categories, media_min_vram, updated_at)
+                            execution_mode, paused, required_category, required_vram_mb, updated_at)
   VALUES (new_id, 1, p_priority, nextval('job_position_seq') * 1024, p_required_worker, NULL, 'shared', false,
-          p_required_category, coalesce(p_required_vram, 0), now(), '["cpu"]', 0, now());
+          p_required_category, coalesce(p_required_vram, 0), now());
   PERFORM insert_dispatch_v1(new_id, 1, p_type, p_max_attempts, p_timeout);
+  PERFORM refresh_job_v1(new_id, 'created ' || p_type || coalesce(' for worker ' || p_required_worker, ''));
   IF p_notify THEN
     PERFORM pg_notify('jetencode_queue_tasks', 'media');
   END IF;
@@ -320,7 +299,6 @@ SET enable_bitmapscan = off
 -- "disabled" penalty (1e10), far above jit_above_cost: without this, every such claim spent ~1 s
 -- JIT-compiling inside the serialized section.
 SET jit = off
-SET enable_seqscan = off
 AS $$
 DECLARE
   w queue_workers%ROWTYPE;
@@ -330,8 +308,6 @@ DECLARE
   cand record;
   s job_schedule%ROWTYPE;
   t queue_tasks%ROWTYPE;
-  left_to_run record;
-  job record;
 BEGIN
   -- 1. The worker row, and the session must be the current one.
   SELECT * INTO w FROM queue_workers q WHERE q.uid = p_worker FOR NO KEY UPDATE;
@@ -342,11 +318,6 @@ BEGIN
     RETURN;
   END IF;
 
-  -- The claim's commit does not wait for its WAL flush, so the scheduler lock is held for the
-  -- selection only, not for an fdatasync. Safe: the worker's next synchronous write (progress,
-  -- heartbeat, finish) flushes the WAL up to and including this claim first, and a claim lost in a
-  -- database crash leaves the task pending; the worker's later writes are then fenced out.
-  PERFORM set_config('synchronous_commit', 'off', true);
   -- 2. Serialize selection with operator controls.
   PERFORM 1 FROM queue_scheduler_state st WHERE st.id = 1 FOR UPDATE;
   IF NOT FOUND THEN
@@ -457,7 +428,10 @@ BEGIN
     RETURN;
   END IF;
 
-  -- 7. The task gets a fresh lease. Commit returns it.
+  -- 7. Dispatch establishes the assignment; the task gets a fresh lease. Commit returns it.
+  IF t.placement = 'dispatch' AND s.assigned_worker_uid IS NULL THEN
+    UPDATE job_schedule js SET assigned_worker_uid = p_worker WHERE js.job_id = s.job_id;
+  END IF;
   UPDATE queue_tasks q SET
     state = 'running', attempt = q.attempt + 1, lease_token = gen_random_uuid(),
     claimed_by = p_worker, claimed_worker_session_id = p_session, claimed_reservation_id = w.reservation_id,
@@ -466,47 +440,14 @@ BEGIN
     heartbeat_at = now(), started_at = now(), finished_at = NULL, progress = 0
   WHERE q.id = t.id
   RETURNING q.* INTO t;
-
-  IF t.placement = 'cluster' THEN
-    -- Cluster tasks (webhooks) never influence the job's derived columns.
-    SELECT j.type, j.params, j.hardware INTO job FROM jobs j WHERE j.id = t.job_id;
-  ELSE
-    -- 8. refresh_job_v1, specialised to what a claim changes (tests/scheduler/test_write_path.py
-    -- checks that a full refresh afterwards changes nothing). The job was runnable (the walk and
-    -- the locked re-check above saw to that: no failed stage, not paused, not cancelling), so it is
-    -- now running; its progress cannot rise (the claimed task restarts at 0); what is left to run
-    -- is its other pending tasks. Dispatch establishes the worker assignment in the same update.
-    SELECT min(q.available_at) FILTER (WHERE q.pool = 'media') AS media_at,
-           jsonb_agg(DISTINCT q.resource_category) FILTER (WHERE q.pool = 'media') AS cats,
-           min(q.vram_mb) FILTER (WHERE q.pool = 'media') AS min_vram,
-           min(q.available_at) FILTER (WHERE q.pool = 'background') AS bg_at
-      INTO left_to_run
-      FROM queue_tasks q
-     WHERE q.job_id = t.job_id AND q.execution_id = t.execution_id AND q.state IN ('pending', 'retry_wait')
-       AND q.placement <> 'cluster';
-    UPDATE job_schedule js SET
-      assigned_worker_uid = CASE WHEN t.placement = 'dispatch' THEN coalesce(js.assigned_worker_uid, p_worker)
-                                 ELSE js.assigned_worker_uid END,
-      media_runnable_at = left_to_run.media_at,
-      media_categories = CASE WHEN left_to_run.media_at IS NOT NULL THEN left_to_run.cats END,
-      media_min_vram = CASE WHEN left_to_run.media_at IS NOT NULL THEN left_to_run.min_vram END,
-      background_runnable_at = left_to_run.bg_at
-    WHERE js.job_id = t.job_id;
-    UPDATE jobs j SET
-      status = 'running',
-      started_at = coalesce(j.started_at, now()),
-      finished_at = NULL,
-      log = right(j.log || log_line_v1(t.task_type || ' claimed by ' || p_worker
-                                       || ' (attempt ' || t.attempt || '/' || t.max_attempts || ')'), 65536),
-      updated_at = now()
-    WHERE j.id = t.job_id
-    RETURNING j.type, j.params, j.hardware INTO job;
-  END IF;
+  PERFORM refresh_job_v1(t.job_id, CASE WHEN t.placement = 'cluster' THEN NULL
+    ELSE t.task_type || ' claimed by ' || p_worker || ' (attempt ' || t.attempt || '/' || t.max_attempts || ')' END);
 
   RETURN QUERY
     SELECT t.id, t.job_id, t.execution_id, t.task_type, t.payload, t.attempt, t.max_attempts, t.lease_token,
            t.lease_expires_at, t.deadline_at, t.pool, t.placement, t.resource_category, t.vram_mb,
-           t.timeout_seconds, job.type, job.params, job.hardware;
+           t.timeout_seconds, j.type, j.params, j.hardware
+      FROM jobs j WHERE j.id = t.job_id;
 END
 $$;
 
@@ -514,9 +455,7 @@ $$;
 -- Returns one row per task asked about: accepted, and whether its job asks for cancellation.
 CREATE OR REPLACE FUNCTION heartbeat_tasks_v1(p_worker text, p_session uuid, p_tasks jsonb, p_lease_seconds float)
 RETURNS TABLE (task_id bigint, accepted boolean, cancel_requested boolean, reason text)
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   w queue_workers%ROWTYPE;
   renewed_ids bigint[];
@@ -569,9 +508,7 @@ $$;
 CREATE OR REPLACE FUNCTION report_progress_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                               p_progress float, p_detail jsonb, p_lines text[])
 RETURNS TABLE (accepted boolean, cancel_requested boolean, reason text)
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   w queue_workers%ROWTYPE;
   s job_schedule%ROWTYPE;
@@ -611,32 +548,26 @@ $$;
 
 -- Let sibling stages waiting on a parent's other children run once all of those have completed.
 CREATE OR REPLACE FUNCTION unblock_siblings_v1(p_parent bigint, p_execution int) RETURNS int
-LANGUAGE plpgsql AS $$
-DECLARE
-  released int;
-BEGIN
-  UPDATE queue_tasks b SET state = 'pending', available_at = now()
-   WHERE b.parent_task_id = p_parent AND b.execution_id = p_execution AND b.state = 'blocked'
-     AND NOT EXISTS (SELECT 1 FROM queue_tasks x
-                      WHERE x.parent_task_id = p_parent AND x.execution_id = p_execution
-                        AND NOT x.wait_for_siblings AND x.state <> 'completed');
-  GET DIAGNOSTICS released = ROW_COUNT;
-  RETURN released;
-END
+LANGUAGE sql AS $$
+  WITH released AS (
+    UPDATE queue_tasks b SET state = 'pending', available_at = now()
+     WHERE b.parent_task_id = p_parent AND b.execution_id = p_execution AND b.state = 'blocked'
+       AND NOT EXISTS (SELECT 1 FROM queue_tasks x
+                        WHERE x.parent_task_id = p_parent AND x.execution_id = p_execution
+                          AND NOT x.wait_for_siblings AND x.state <> 'completed')
+    RETURNING 1)
+  SELECT count(*)::int FROM released
 $$;
 
 -- Lock worker (share) -> job schedule -> task, and check the fence. Shared by finish/fail/release.
 CREATE OR REPLACE FUNCTION lock_for_fenced_write_v1(p_task bigint, OUT w queue_workers, OUT s job_schedule,
                                                     OUT t queue_tasks)
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   job uuid;
-  worker text;
 BEGIN
-  SELECT q.job_id, q.claimed_by INTO job, worker FROM queue_tasks q WHERE q.id = p_task;
-  SELECT * INTO w FROM queue_workers q WHERE q.uid = worker FOR KEY SHARE;
+  SELECT * INTO w FROM queue_workers q WHERE q.uid = (SELECT claimed_by FROM queue_tasks WHERE id = p_task) FOR KEY SHARE;
+  SELECT q.job_id INTO job FROM queue_tasks q WHERE q.id = p_task;
   SELECT * INTO s FROM job_schedule js WHERE js.job_id = job FOR NO KEY UPDATE;
   SELECT * INTO t FROM queue_tasks q WHERE q.id = p_task FOR UPDATE;
 END
@@ -648,9 +579,7 @@ $$;
 CREATE OR REPLACE FUNCTION finish_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                           p_result jsonb, p_children jsonb, p_outputs jsonb)
 RETURNS TABLE (outcome text, reason text)
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   lk record;
   w queue_workers%ROWTYPE;
@@ -690,50 +619,42 @@ BEGIN
   UPDATE queue_tasks q SET state = 'completed', finished_at = now(), progress = 100, result = p_result
   WHERE q.id = p_task RETURNING q.* INTO t;
 
-  -- Most finishes publish nothing; skipping the empty inserts spares opening every index they touch.
-  IF jsonb_array_length(coalesce(p_children, '[]'::jsonb)) > 0 THEN
-    WITH children AS (
-      SELECT c.value AS spec, c.ordinality - 1 AS idx
-        FROM jsonb_array_elements(coalesce(p_children, '[]'::jsonb)) WITH ORDINALITY c
-    ), rows AS (
-      SELECT spec ->> 'task_type' AS task_type,
-             coalesce(spec -> 'payload', '{}'::jsonb) || jsonb_build_object('parent_task_id', t.id, 'index', idx) AS payload,
-             coalesce((spec ->> 'wait_for_siblings')::boolean, false) AS wait,
-             spec, idx
-        FROM children
-    ), ins AS (
-      INSERT INTO queue_tasks (job_id, execution_id, task_type, payload, parent_task_id, dedupe_key, wait_for_siblings,
-                               placement, pool, resource_category, vram_mb, state, available_at, attempt,
-                               max_attempts, timeout_seconds, progress, progress_detail, created_at)
-      SELECT t.job_id, t.execution_id, task_type, payload, t.id, dedupe_key_v1(task_type, payload), wait,
-             coalesce(spec ->> 'placement', 'job'), coalesce(spec ->> 'pool', 'media'),
-             coalesce(spec ->> 'resource_category', 'cpu'), coalesce((spec ->> 'vram_mb')::int, 0),
-             CASE WHEN wait THEN 'blocked' ELSE 'pending' END, now(), 0,
-             CASE WHEN task_type = 'webhook' THEN 8 ELSE (SELECT max_attempts FROM jobs WHERE id = t.job_id) END,
-             coalesce((spec ->> 'timeout_seconds')::float, 600), 0, '{}', now() + (idx * interval '1 microsecond')
-        FROM rows
-      ORDER BY idx
-      ON CONFLICT (job_id, execution_id, dedupe_key) DO NOTHING
-      RETURNING 1)
-    SELECT count(*) INTO inserted FROM ins;
-  END IF;
+  WITH children AS (
+    SELECT c.value AS spec, c.ordinality - 1 AS idx
+      FROM jsonb_array_elements(coalesce(p_children, '[]'::jsonb)) WITH ORDINALITY c
+  ), rows AS (
+    SELECT spec ->> 'task_type' AS task_type,
+           coalesce(spec -> 'payload', '{}'::jsonb) || jsonb_build_object('parent_task_id', t.id, 'index', idx) AS payload,
+           coalesce((spec ->> 'wait_for_siblings')::boolean, false) AS wait,
+           spec, idx
+      FROM children
+  ), ins AS (
+    INSERT INTO queue_tasks (job_id, execution_id, task_type, payload, parent_task_id, dedupe_key, wait_for_siblings,
+                             placement, pool, resource_category, vram_mb, state, available_at, attempt,
+                             max_attempts, timeout_seconds, progress, progress_detail, created_at)
+    SELECT t.job_id, t.execution_id, task_type, payload, t.id, dedupe_key_v1(task_type, payload), wait,
+           coalesce(spec ->> 'placement', 'job'), coalesce(spec ->> 'pool', 'media'),
+           coalesce(spec ->> 'resource_category', 'cpu'), coalesce((spec ->> 'vram_mb')::int, 0),
+           CASE WHEN wait THEN 'blocked' ELSE 'pending' END, now(), 0,
+           CASE WHEN task_type = 'webhook' THEN 8 ELSE (SELECT max_attempts FROM jobs WHERE id = t.job_id) END,
+           coalesce((spec ->> 'timeout_seconds')::float, 600), 0, '{}', now() + (idx * interval '1 microsecond')
+      FROM rows
+    ORDER BY idx
+    ON CONFLICT (job_id, execution_id, dedupe_key) DO NOTHING
+    RETURNING 1)
+  SELECT count(*) INTO inserted FROM ins;
 
-  IF jsonb_array_length(coalesce(p_outputs, '[]'::jsonb)) > 0 THEN
-    WITH outs AS (
-      INSERT INTO job_outputs (job_id, execution_id, task_id, name, kind, storage_url, size_bytes, metadata, created_at)
-      SELECT t.job_id, t.execution_id, t.id, o ->> 'name', coalesce(o ->> 'kind', 'file'),
-             coalesce(o ->> 'storage_url', ''), coalesce((o ->> 'size_bytes')::bigint, 0),
-             coalesce(o -> 'metadata', '{}'::jsonb), now()
-        FROM jsonb_array_elements(coalesce(p_outputs, '[]'::jsonb)) o
-      ON CONFLICT (job_id, execution_id, name) DO NOTHING
-      RETURNING 1)
-    SELECT count(*) INTO published FROM outs;
-  END IF;
+  WITH outs AS (
+    INSERT INTO job_outputs (job_id, execution_id, task_id, name, kind, storage_url, size_bytes, metadata, created_at)
+    SELECT t.job_id, t.execution_id, t.id, o ->> 'name', coalesce(o ->> 'kind', 'file'),
+           coalesce(o ->> 'storage_url', ''), coalesce((o ->> 'size_bytes')::bigint, 0),
+           coalesce(o -> 'metadata', '{}'::jsonb), now()
+      FROM jsonb_array_elements(coalesce(p_outputs, '[]'::jsonb)) o
+    ON CONFLICT (job_id, execution_id, name) DO NOTHING
+    RETURNING 1)
+  SELECT count(*) INTO published FROM outs;
 
-  -- A task's children are published only by its own finish, so only then can any be blocked.
-  IF inserted > 0 THEN
-    released := unblock_siblings_v1(t.id, t.execution_id);
-  END IF;
+  released := unblock_siblings_v1(t.id, t.execution_id);
   IF t.parent_task_id IS NOT NULL THEN
     released := released + unblock_siblings_v1(t.parent_task_id, t.execution_id);
   END IF;
@@ -759,9 +680,7 @@ $$;
 CREATE OR REPLACE FUNCTION fail_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                         p_error text, p_retryable boolean)
 RETURNS TABLE (outcome text, reason text)
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   lk record;
   s job_schedule%ROWTYPE;
@@ -805,9 +724,7 @@ $$;
 -- Hand a task back on shutdown: pending again, without using up an attempt.
 CREATE OR REPLACE FUNCTION release_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid, p_why text)
 RETURNS TABLE (outcome text, reason text)
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   lk record;
   s job_schedule%ROWTYPE;
@@ -893,49 +810,19 @@ LANGUAGE sql AS $$
   RETURNING uid
 $$;
 
--- Operator controls take the scheduler lock, then the job's schedule row. A finish holds that row
--- while it publishes (renames or copies outputs), so waiting for it *while holding the scheduler
--- lock* would stall every claim in the cluster. Instead the row is tried with NOWAIT; when it is
--- busy the subtransaction rolls back, which releases the scheduler lock, and we retry shortly.
-CREATE OR REPLACE FUNCTION lock_schedule_for_control_v1(p_job uuid, p_patience_ms int DEFAULT 2000)
-RETURNS job_schedule
+-- Start a new execution of a job: the old execution's unfinished tasks are cancelled, the
+-- assignment is cleared and a fresh dispatch queued. Outputs of the old execution are never reused.
+CREATE OR REPLACE FUNCTION redispatch_job_v1(p_job uuid, p_why text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
   s job_schedule%ROWTYPE;
-  waited int := 0;
-BEGIN
-  LOOP
-    BEGIN
-      PERFORM 1 FROM queue_scheduler_state WHERE id = 1 FOR UPDATE;
-      IF NOT FOUND THEN
-        RAISE EXCEPTION 'queue_scheduler_state singleton row is missing: run migrations or re-seed it';
-      END IF;
-      SELECT * INTO s FROM job_schedule WHERE job_id = p_job FOR NO KEY UPDATE NOWAIT;
-      IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'job not found';
-      END IF;
-      RETURN s;
-    EXCEPTION WHEN lock_not_available THEN
-      NULL;
-    END;
-    IF waited >= p_patience_ms THEN
-      RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'the job is busy (one of its stages is finishing); try again';
-    END IF;
-    PERFORM pg_sleep(0.02);
-    waited := waited + 20;
-  END LOOP;
-END
-$$;
-
--- Start a new execution of a job: the old execution's unfinished tasks are cancelled, the
--- assignment is cleared and a fresh dispatch queued. Outputs of the old execution are never reused.
-DROP FUNCTION IF EXISTS redispatch_job_v1(uuid, text);
-CREATE OR REPLACE FUNCTION redispatch_job_v1(p_job uuid, p_why text, p_patience_ms int DEFAULT 2000) RETURNS int
-LANGUAGE plpgsql AS $$
-DECLARE
-  s job_schedule%ROWTYPE := lock_schedule_for_control_v1(p_job, p_patience_ms);
   j record;
 BEGIN
+  PERFORM 1 FROM queue_scheduler_state WHERE id = 1 FOR UPDATE;
+  SELECT * INTO s FROM job_schedule WHERE job_id = p_job FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'job not found';
+  END IF;
   SELECT type, status, max_attempts INTO j FROM jobs WHERE id = p_job;
   IF j.status IN ('completed', 'cancelled') OR s.cancel_requested_at IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'job is ' || j.status || ': only unfinished jobs can be redispatched';
@@ -983,12 +870,7 @@ BEGIN
        AND w.last_heartbeat_at < now() - make_interval(secs => p_after_seconds);
     CONTINUE WHEN NOT FOUND;
     job_id := c.job_id;
-    BEGIN
-      -- No patience here: this loop holds the scheduler lock; a job busy finishing is retried next round.
-      execution_id := redispatch_job_v1(c.job_id, 'worker ' || c.assigned_worker_uid || ' lost', 0);
-    EXCEPTION WHEN SQLSTATE 'JE409' THEN
-      CONTINUE;
-    END;
+    execution_id := redispatch_job_v1(c.job_id, 'worker ' || c.assigned_worker_uid || ' lost');
     RETURN NEXT;
   END LOOP;
 END
@@ -1005,7 +887,14 @@ DECLARE
   s job_schedule%ROWTYPE;
   st text;
 BEGIN
-  s := lock_schedule_for_control_v1(p_job);
+  PERFORM 1 FROM queue_scheduler_state WHERE id = 1 FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'queue_scheduler_state singleton row is missing: run migrations or re-seed it';
+  END IF;
+  SELECT * INTO s FROM job_schedule WHERE job_id = p_job FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'job not found';
+  END IF;
   SELECT status INTO st FROM jobs WHERE id = p_job;
   IF NOT p_allow_terminal AND (st IN ('completed', 'failed', 'cancelled') OR s.cancel_requested_at IS NOT NULL) THEN
     RAISE EXCEPTION USING ERRCODE = 'JE409',
