@@ -94,7 +94,7 @@ def explain(conn, query: str, params: dict) -> dict:
     }
 
 
-def _sample(conn, session, samples: int, args: list) -> tuple[list[float], list[float], int]:
+def _sample(conn, session, samples: int, args: dict) -> tuple[list[float], list[float], int]:
     claims: list[float] = []
     finishes: list[float] = []
     empty = 0
@@ -114,12 +114,12 @@ def _sample(conn, session, samples: int, args: list) -> tuple[list[float], list[
         t2 = time.perf_counter()
         claims.append(t1 - t0)
         finishes.append(t2 - t1)
-        args[2] = random.randint(-10, 10)  # the replacement job's priority
+        args["priority"] = random.randint(-10, 10)  # the replacement job's priority
         conn.execute(jobs.ENQUEUE, args)
     return claims, finishes, empty
 
 
-def op_costs(conn, session, args: list, n: int) -> dict:
+def op_costs(conn, session, args: dict, n: int) -> dict:
     """CPU (of this connection's PostgreSQL backend, read from /proc: the server must be local) and
     wall time per call of each statement of a stage: enqueue, claim, a progress write, finish.
     Twice: with the server's synchronous_commit, and with it off for this session
@@ -204,10 +204,10 @@ def measure(url: str, sizes: list[int], samples: int, log=print) -> dict:
             conn.execute("CHECKPOINT")
             fill = time.monotonic() - started
             pending = db.scalar(conn, "SELECT count(*) FROM queue_tasks WHERE state = 'pending'")
-            _sample(conn, session, min(200, samples), list(args))  # warm the caches, untimed
-            claims, finishes, empty = _sample(conn, session, samples, list(args))
+            _sample(conn, session, min(200, samples), dict(args))  # warm the caches, untimed
+            claims, finishes, empty = _sample(conn, session, samples, dict(args))
             if "op_costs" not in out:
-                out["op_costs"] = op_costs(conn, session, list(args), max(20, min(300, samples)))
+                out["op_costs"] = op_costs(conn, session, dict(args), max(20, min(300, samples)))
                 total = out["op_costs"].get("synchronous_commit=on", {}).get("stage_total")
                 if total:
                     log(

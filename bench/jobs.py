@@ -7,15 +7,17 @@ differs (batches of enqueues in one statement, so the producer is not the bottle
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import psycopg
 
-ENQUEUE_ARGS = "%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
-ENQUEUE = f"SELECT enqueue_job_v1({ENQUEUE_ARGS})"
-ENQUEUE_MANY = f"SELECT enqueue_job_v1({ENQUEUE_ARGS}) FROM generate_series(1, %s)"
+from scheduler import repository
+
+# The repository's own statement (scheduler/sql/repository.sql, named parameters), and the same
+# call once per row of a series: `count` enqueues in one statement.
+ENQUEUE = repository.ENQUEUE_SQL
+ENQUEUE_MANY = f"{ENQUEUE} FROM generate_series(1, %(count)s)"
 
 
 def setup_django(url: str) -> None:
@@ -29,12 +31,11 @@ def setup_django(url: str) -> None:
     django.setup()
 
 
-def job_args(payload: dict, *, notify: bool = True) -> list:
-    """enqueue_job_v1's arguments for an API-style payload ({"type": ..., "params": ...})."""
+def job_args(payload: dict, *, notify: bool = True) -> dict:
+    """ENQUEUE's parameters for an API-style payload ({"type": ..., "params": ...})."""
     from django.conf import settings
 
     from media import submission
-    from scheduler import repository
 
     job = submission.build_new_job(payload)
     return repository.enqueue_arguments(
@@ -42,34 +43,19 @@ def job_args(payload: dict, *, notify: bool = True) -> list:
     )
 
 
-def raw_args(job_type: str, params: dict, *, priority: int = 0, notify: bool = True) -> list:
-    """Arguments for a job type the API does not know (the bench's own `bench_probe`)."""
-    return [
-        job_type,
-        json.dumps(params),
-        priority,
-        1,
-        None,
-        None,
-        "auto",
-        None,
-        None,
-        None,
-        0,
-        600,
-        None,
-        60.0,
-        notify,
-    ]
+def raw_args(job_type: str, params: dict, *, priority: int = 0, notify: bool = True) -> dict:
+    """Parameters for a job type the API does not know (the bench's own `bench_probe`)."""
+    job = repository.NewJob(job_type, params, priority=priority, max_attempts=1)
+    return repository.enqueue_arguments(job, stale_seconds=60.0, notify=notify)
 
 
-def enqueue_many(conn: psycopg.Connection, args: list, count: int, batch: int = 100) -> float:
+def enqueue_many(conn: psycopg.Connection, args: dict, count: int, batch: int = 100) -> float:
     """Enqueue `count` jobs, `batch` per transaction. Returns the seconds it took."""
     started = time.perf_counter()
     left = count
     while left > 0:
         n = min(batch, left)
-        conn.execute(ENQUEUE_MANY, [*args, n])
+        conn.execute(ENQUEUE_MANY, args | {"count": n})
         left -= n
     return time.perf_counter() - started
 

@@ -6,28 +6,21 @@ Writes live in `scheduler.repository`; everything here is a plain SELECT.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, fields
 from datetime import datetime
-from functools import cache
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import connection
 
-SQL_FILE = Path(__file__).resolve().parent / "sql" / "queries.sql"
+from scheduler import sqlfiles
 
 
-@cache
 def load_queries() -> dict[str, str]:
-    """Split queries.sql on its '-- name: x' headers into {name: sql}."""
-    queries: dict[str, str] = {}
-    for block in re.split(r"^-- name: ", SQL_FILE.read_text(), flags=re.MULTILINE)[1:]:
-        name, _, body = block.partition("\n")
-        queries[name.strip()] = body.strip().rstrip(";")
-    return queries
+    """{name: sql} of scheduler/sql/queries.sql, read once (scheduler.sqlfiles, the loader the
+    repository shares)."""
+    return sqlfiles.named_queries("queries.sql")
 
 
 def _rows(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """The only writer of queue state.
 
-Every function here calls one SQL function from `scheduler/sql/functions_v1.sql` in one round trip
-and maps the result to a frozen dataclass, and PostgreSQL errors to domain exceptions. Views, the
-API, admin actions and workers call these; none of them writes queue rows with the ORM.
+Every function here runs one named statement of `scheduler/sql/repository.sql` (each calls one
+scheduler function of `scheduler/sql/functions/`) in one round trip, with named parameters, and maps
+the result to a frozen dataclass by column name, and PostgreSQL errors to domain exceptions. Views,
+the API, admin actions and workers call these; none of them writes queue rows with the ORM.
 
 Functions run on the calling thread's Django connection. In autocommit mode each call is its own
 transaction; a caller that must do work inside the same transaction (the worker renaming published
@@ -14,12 +15,16 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
+
+from scheduler import sqlfiles
+
+QUERIES = sqlfiles.named_queries("repository.sql")
 
 # ---- Errors ---------------------------------------------------------------------------------
 
@@ -64,30 +69,37 @@ def _translate(exc: DatabaseError) -> Exception:
     return exc
 
 
-def _call(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+def _execute(cursor, name: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Run the named statement; its rows as {column: value}."""
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else []
+        cursor.execute(QUERIES[name], params)
     except DatabaseError as exc:
         translated = _translate(exc)
         if translated is exc:
             raise
         raise translated from exc
+    if cursor.description is None:
+        return []
+    columns = [column.name for column in cursor.description]
+    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _control(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+def _call(name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    with connection.cursor() as cursor:
+        return _execute(cursor, name, params)
+
+
+def _control(name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """An operator control or enqueue: may refuse (409/422), so it runs in its own savepoint and a
     refusal never poisons the caller's surrounding transaction."""
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else []
-    except DatabaseError as exc:
-        translated = _translate(exc)
-        if translated is exc:
-            raise
-        raise translated from exc
+    with transaction.atomic(), connection.cursor() as cursor:
+        return _execute(cursor, name, params)
+
+
+def _record(cls, row: dict[str, Any], **extra: Any):
+    """A dataclass from a row, by column name (columns it has no field for are ignored)."""
+    values = row | extra
+    return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
 def _json(value: Any) -> str | None:
@@ -114,55 +126,55 @@ class NewJob:
     created_by: int | None = None
 
 
-ENQUEUE_SQL = "SELECT enqueue_job_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+ENQUEUE_SQL = QUERIES["enqueue_job"]
 
 
-def enqueue_arguments(job: NewJob, *, stale_seconds: float, notify: bool = True) -> list:
-    """enqueue_job_v1's arguments for a job, in order (the benchmarks send them in bulk)."""
-    return [
-        job.job_type,
-        json.dumps(job.params),
-        job.priority,
-        job.max_attempts,
-        job.webhook_url,
-        job.required_worker_uid,
-        job.hardware,
-        job.resource_category,
-        job.vram_mb,
-        job.required_category,
-        job.required_vram_mb,
-        job.timeout_seconds,
-        job.created_by,
-        stale_seconds,
-        notify,
-    ]
+def enqueue_arguments(job: NewJob, *, stale_seconds: float, notify: bool = True) -> dict[str, Any]:
+    """ENQUEUE_SQL's parameters for a job, by name (the benchmarks send them in bulk)."""
+    return {
+        "job_type": job.job_type,
+        "params": json.dumps(job.params),
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "webhook_url": job.webhook_url,
+        "required_worker_uid": job.required_worker_uid,
+        "hardware": job.hardware,
+        "resource_category": job.resource_category,
+        "vram_mb": job.vram_mb,
+        "required_category": job.required_category,
+        "required_vram_mb": job.required_vram_mb,
+        "timeout_seconds": job.timeout_seconds,
+        "created_by": job.created_by,
+        "stale_seconds": stale_seconds,
+        "notify": notify,
+    }
 
 
 def enqueue_job(job: NewJob, *, stale_seconds: float, notify: bool = True) -> uuid.UUID:
     """Insert the job, its schedule and its dispatch task in one transaction; NOTIFY the workers."""
-    rows = _control(ENQUEUE_SQL, enqueue_arguments(job, stale_seconds=stale_seconds, notify=notify))
-    return rows[0][0]
+    rows = _control("enqueue_job", enqueue_arguments(job, stale_seconds=stale_seconds, notify=notify))
+    return rows[0]["job_id"]
 
 
 def cancel(job_id) -> str:
-    return _control("SELECT cancel_job_v1(%s)", [job_id])[0][0]
+    return _control("cancel_job", {"job_id": job_id})[0]["status"]
 
 
 def pause(job_id) -> str:
-    return _control("SELECT set_paused_v1(%s, true)", [job_id])[0][0]
+    return _control("set_paused", {"job_id": job_id, "paused": True})[0]["status"]
 
 
 def resume(job_id) -> str:
-    return _control("SELECT set_paused_v1(%s, false)", [job_id])[0][0]
+    return _control("set_paused", {"job_id": job_id, "paused": False})[0]["status"]
 
 
 def set_priority(job_id, priority: int) -> str:
-    return _control("SELECT set_priority_v1(%s, %s)", [job_id, priority])[0][0]
+    return _control("set_priority", {"job_id": job_id, "priority": priority})[0]["status"]
 
 
 def move(job_id, direction: str) -> int:
     """Move within the job's comparable group: up | down | top | bottom. Returns the new position."""
-    return _control("SELECT move_job_v1(%s, %s)", [job_id, direction])[0][0]
+    return _control("move_job", {"job_id": job_id, "direction": direction})[0]["position"]
 
 
 def run_next(job_id) -> int:
@@ -171,25 +183,26 @@ def run_next(job_id) -> int:
 
 
 def retry(job_id) -> str:
-    return _control("SELECT retry_job_v2(%s)", [job_id])[0][0]
+    return _control("retry_job", {"job_id": job_id})[0]["status"]
 
 
 def redispatch(job_id, why: str = "redispatched by an operator") -> int:
     """Start a new execution on any worker (the old one's unfinished stages are cancelled)."""
-    return _control("SELECT redispatch_job_v2(%s, 'manual', %s)", [job_id, why])[0][0]
+    return _control("redispatch_job", {"job_id": job_id, "why": why})[0]["execution_id"]
 
 
 def reserve_job(job_id) -> uuid.UUID:
-    return _control("SELECT reserve_job_v1(%s)", [job_id])[0][0]
+    return _control("reserve_job", {"job_id": job_id})[0]["reservation_id"]
 
 
 def bind_reservation(reservation_id, worker_uid: str) -> None:
-    _control("SELECT bind_reservation_v1(%s, %s)", [reservation_id, worker_uid])
+    _control("bind_reservation", {"reservation_id": reservation_id, "worker_uid": worker_uid})
 
 
 def target_refusal(worker_uid: str, *, stale_seconds: float) -> str | None:
     """Why a worker may not be named as required_worker_uid right now (None when it may)."""
-    return _call("SELECT worker_accepts_targets_v1(%s, %s)", [worker_uid, stale_seconds])[0][0]
+    rows = _call("target_refusal", {"worker_uid": worker_uid, "stale_seconds": stale_seconds})
+    return rows[0]["refusal"]
 
 
 # ---- Workers --------------------------------------------------------------------------------
@@ -212,49 +225,40 @@ class WorkerRegistration:
 
 def register_worker(reg: WorkerRegistration) -> uuid.UUID | None:
     """Register a process start; returns the session it replaced (now fenced), if any."""
-    return _call(
-        "SELECT register_worker_v1(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s)",
-        [
-            reg.uid,
-            reg.session_id,
-            reg.hostname,
-            reg.pid,
-            reg.version,
-            reg.concurrency,
-            reg.background_slots,
-            json.dumps(reg.category_limits),
-            reg.vram_total_mb,
-            json.dumps(reg.capabilities),
-            reg.workspace,
-        ],
-    )[0][0]
+    params = asdict(reg) | {
+        "category_limits": json.dumps(reg.category_limits),
+        "capabilities": json.dumps(reg.capabilities),
+    }
+    return _call("register_worker", params)[0]["previous_session_id"]
 
 
 def worker_heartbeat(uid: str, session_id, sample: dict | None) -> str:
     """Refresh the worker's heartbeat and system sample; returns its lifecycle."""
-    return _call("SELECT worker_heartbeat_v1(%s, %s, %s::jsonb)", [uid, session_id, _json(sample)])[0][0]
+    params = {"uid": uid, "session_id": session_id, "sample": _json(sample)}
+    return _call("worker_heartbeat", params)[0]["lifecycle"]
 
 
 def set_session_lifecycle(uid: str, session_id, lifecycle: str) -> int | None:
     """The session says draining or offline; its idle pinned jobs move to other workers in the
     same transaction. Returns how many moved, or None when the session is not current."""
-    return _call("SELECT set_session_lifecycle_v2(%s, %s, %s)", [uid, session_id, lifecycle])[0][0]
+    params = {"uid": uid, "session_id": session_id, "lifecycle": lifecycle}
+    return _call("set_session_lifecycle", params)[0]["moved"]
 
 
 def drain_worker(uid: str) -> str:
     """Claim nothing new; idle pinned jobs move at once, the others when their stage ends."""
-    return _control("SELECT drain_worker_v2(%s)", [uid])[0][0]
+    return _control("drain_worker", {"uid": uid})[0]["lifecycle"]
 
 
 def evacuate_worker(uid: str) -> int:
     """Drain the worker and move every job pinned to it now (running stages are redone elsewhere).
     Returns how many jobs moved; JobNotFound for an unknown uid, ActionNotAllowed for an offline
     worker with nothing to move."""
-    return _control("SELECT evacuate_worker_v2(%s)", [uid])[0][0]
+    return _control("evacuate_worker", {"uid": uid})[0]["moved"]
 
 
 def mark_stale_workers(stale_seconds: float) -> list[str]:
-    return [r[0] for r in _call("SELECT * FROM mark_stale_workers_v1(%s)", [stale_seconds])]
+    return [row["uid"] for row in _call("mark_stale_workers", {"stale_seconds": stale_seconds})]
 
 
 # ---- Claim and fenced writes ----------------------------------------------------------------
@@ -295,8 +299,13 @@ class Lease:
     def of(cls, task: ClaimedTask, worker_uid: str, session_id) -> Lease:
         return cls(task.id, task.lease_token, worker_uid, session_id)
 
-    def args(self) -> list:
-        return [self.task_id, self.lease_token, self.worker_uid, self.session_id]
+    def params(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "lease_token": self.lease_token,
+            "worker_uid": self.worker_uid,
+            "session_id": self.session_id,
+        }
 
 
 @dataclass(frozen=True)
@@ -319,15 +328,21 @@ class TaskHeartbeat:
 
 def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> ClaimedTask | None:
     """Claim one task for one free slot of this session, or None. Raises SessionSuperseded."""
-    rows = _call("SELECT * FROM claim_task_v1(%s, %s, %s, %s)", [worker_uid, session_id, pool, lease_seconds])
+    params = {
+        "worker_uid": worker_uid,
+        "session_id": session_id,
+        "pool": pool,
+        "lease_seconds": lease_seconds,
+    }
+    rows = _call("claim_task", params)
     if not rows:
         return None
-    row = list(rows[0])
+    row = rows[0]
     # Raw cursors return jsonb as text (Django decodes JSON in the ORM layer only).
-    for index in (4, 16):
-        if isinstance(row[index], str):
-            row[index] = json.loads(row[index])
-    return ClaimedTask(*row)
+    for column in ("payload", "job_params"):
+        if isinstance(row[column], str):
+            row[column] = json.loads(row[column])
+    return _record(ClaimedTask, row)
 
 
 def heartbeat_tasks(
@@ -335,22 +350,21 @@ def heartbeat_tasks(
 ) -> list[TaskHeartbeat]:
     """Renew every lease of the session in one statement (each fenced on its own)."""
     body = json.dumps([{"id": lease.task_id, "token": str(lease.lease_token)} for lease in leases])
-    rows = _call(
-        "SELECT * FROM heartbeat_tasks_v1(%s, %s, %s::jsonb, %s)",
-        [worker_uid, session_id, body, lease_seconds],
-    )
-    return [TaskHeartbeat(*row) for row in rows]
+    params = {
+        "worker_uid": worker_uid,
+        "session_id": session_id,
+        "tasks": body,
+        "lease_seconds": lease_seconds,
+    }
+    return [_record(TaskHeartbeat, row) for row in _call("heartbeat_tasks", params)]
 
 
 def report_progress(
     lease: Lease, progress: float | None = None, detail: dict | None = None, lines: Sequence[str] = ()
 ) -> TaskHeartbeat:
-    rows = _call(
-        "SELECT * FROM report_progress_v1(%s, %s, %s, %s, %s, %s::jsonb, %s)",
-        [*lease.args(), progress, _json(detail), list(lines) or None],
-    )
-    accepted, cancel_requested, reason = rows[0]
-    return TaskHeartbeat(lease.task_id, accepted, bool(cancel_requested), reason)
+    params = lease.params() | {"progress": progress, "detail": _json(detail), "lines": list(lines) or None}
+    row = _call("report_progress", params)[0]
+    return _record(TaskHeartbeat, row, task_id=lease.task_id, cancel_requested=bool(row["cancel_requested"]))
 
 
 @dataclass(frozen=True)
@@ -384,29 +398,30 @@ def finish(
 ) -> FenceResult:
     """Complete the task and publish its children and outputs in one transaction (fenced)."""
     child_specs = [{k: v for k, v in asdict(c).items() if v is not None} for c in children]
-    rows = _call(
-        "SELECT * FROM finish_task_v1(%s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb)",
-        [*lease.args(), _json(result), json.dumps(child_specs), json.dumps([asdict(o) for o in outputs])],
-    )
-    return FenceResult(*rows[0])
+    params = lease.params() | {
+        "result": _json(result),
+        "children": json.dumps(child_specs),
+        "outputs": json.dumps([asdict(o) for o in outputs]),
+    }
+    return _record(FenceResult, _call("finish_task", params)[0])
 
 
 def fail(lease: Lease, error: str, *, retryable: bool = True) -> FenceResult:
-    rows = _call("SELECT * FROM fail_task_v1(%s, %s, %s, %s, %s, %s)", [*lease.args(), error, retryable])
-    return FenceResult(*rows[0])
+    params = lease.params() | {"error": error, "retryable": retryable}
+    return _record(FenceResult, _call("fail_task", params)[0])
 
 
 def release(lease: Lease, why: str) -> FenceResult:
     """Hand a task back (shutdown): pending again without using up an attempt."""
-    rows = _call("SELECT * FROM release_task_v1(%s, %s, %s, %s, %s)", [*lease.args(), why])
-    return FenceResult(*rows[0])
+    return _record(FenceResult, _call("release_task", lease.params() | {"why": why})[0])
 
 
 # ---- Maintenance ----------------------------------------------------------------------------
 
 
 def recover_expired(batch: int = 100) -> list[tuple[int, str]]:
-    return _call("SELECT * FROM recover_expired_v1(%s)", [batch])
+    """(task id, new state) of each running task whose lease or deadline had passed."""
+    return [(row["task_id"], row["outcome"]) for row in _call("recover_expired", {"batch": batch})]
 
 
 @dataclass(frozen=True)
@@ -422,21 +437,21 @@ class Release:
 def release_jobs(lost_seconds: float, reassign_after: float, batch: int = 50) -> list[Release]:
     """Move jobs off draining workers and lost ones (silent for `lost_seconds`; those with local
     work only after `reassign_after`)."""
-    rows = _call("SELECT * FROM release_jobs_v2(%s, %s, %s)", [lost_seconds, reassign_after, batch])
-    return [Release(*row) for row in rows]
+    params = {"lost_seconds": lost_seconds, "reassign_after": reassign_after, "batch": batch}
+    return [_record(Release, row) for row in _call("release_jobs", params)]
 
 
 def purge_history(days: int, batch: int = 500) -> int:
-    return _call("SELECT purge_history_v1(%s, %s)", [days, batch])[0][0]
+    return _call("purge_history", {"days": days, "batch": batch})[0]["purged"]
 
 
 def record_sample() -> bool:
-    rows = _call("SELECT record_sample_v1()")
-    return bool(rows and rows[0][0])
+    rows = _call("record_sample")
+    return bool(rows and rows[0]["recorded"])
 
 
 def note_recovery_ran() -> None:
-    _call("UPDATE queue_scheduler_state SET last_recovery_at = now() WHERE id = 1")
+    _call("note_recovery_ran")
 
 
 __all__ = [name for name in dir() if not name.startswith("_")] + ["transaction"]

@@ -147,6 +147,7 @@ WHERE (%(uid)s::text IS NULL OR w.uid = %(uid)s)
 ORDER BY w.uid;
 
 -- name: worker_active_tasks
+-- The tasks a worker's current session is running, oldest first, with their job's type.
 SELECT q.id, q.job_id, q.task_type, q.pool, q.resource_category, q.vram_mb, q.attempt, q.max_attempts,
        q.progress, q.progress_detail, q.started_at, q.lease_expires_at, j.type AS job_type
 FROM queue_tasks q JOIN queue_workers w ON w.current_session_id = q.claimed_worker_session_id
@@ -155,6 +156,7 @@ WHERE w.uid = %(uid)s AND q.state = 'running'
 ORDER BY q.started_at;
 
 -- name: stats
+-- Totals for /v2/stats: jobs by status and type, running stages by category, VRAM, last-hour and 24-hour figures.
 SELECT
   (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb) FROM (SELECT status, count(*) AS n FROM jobs GROUP BY status) x) AS by_status,
   (SELECT coalesce(jsonb_object_agg(resource_category, n), '{}'::jsonb) FROM (
@@ -178,6 +180,7 @@ FROM queue_tasks WHERE state IN ('blocked', 'pending', 'retry_wait', 'running')
 GROUP BY state, pool, resource_category;
 
 -- name: samples
+-- The per-minute queue samples of the last %(hours)s hours, oldest first.
 SELECT at, pending, running, retry_wait, paused, completed, failed, stages_completed
 FROM queue_samples WHERE at >= now() - make_interval(hours => %(hours)s) ORDER BY at;
 

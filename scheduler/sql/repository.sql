@@ -1,0 +1,136 @@
+-- Every statement scheduler/repository.py runs: each calls one scheduler function
+-- (scheduler/sql/functions/) in one round trip. Loaded by scheduler/sqlfiles.py; each query sits
+-- under a "-- name: <name>" header and a one-line description, with named parameters (%(name)s).
+-- Result columns are named after the fields of the repository's dataclasses, which are filled by
+-- column name.
+
+-- ---- Jobs ------------------------------------------------------------------------------------
+
+-- name: enqueue_job
+-- Insert a job, its schedule and its dispatch task; NOTIFY media workers when notify is true.
+SELECT enqueue_job_v1(
+  p_type => %(job_type)s, p_params => %(params)s::jsonb, p_priority => %(priority)s,
+  p_max_attempts => %(max_attempts)s, p_webhook_url => %(webhook_url)s,
+  p_required_worker => %(required_worker_uid)s, p_hardware => %(hardware)s,
+  p_category => %(resource_category)s, p_vram => %(vram_mb)s, p_required_category => %(required_category)s,
+  p_required_vram => %(required_vram_mb)s, p_timeout => %(timeout_seconds)s, p_created_by => %(created_by)s,
+  p_stale_seconds => %(stale_seconds)s, p_notify => %(notify)s
+) AS job_id
+
+-- name: cancel_job
+-- Request a job's cancellation: waiting stages end now, running ones when they next write.
+SELECT cancel_job_v1(%(job_id)s) AS status
+
+-- name: set_paused
+-- Pause or resume a job's unclaimed stages.
+SELECT set_paused_v1(%(job_id)s, %(paused)s) AS status
+
+-- name: set_priority
+-- Change a job's priority (-1000..1000).
+SELECT set_priority_v1(%(job_id)s, %(priority)s) AS status
+
+-- name: move_job
+-- Move a job up, down, to the top or to the bottom of the jobs its claimers compare it with.
+SELECT move_job_v1(%(job_id)s, %(direction)s) AS position
+
+-- name: retry_job
+-- Retry a failed job's failed stages from attempt zero (and reset its lost-worker count).
+SELECT retry_job_v2(%(job_id)s) AS status
+
+-- name: redispatch_job
+-- Start a new execution of a job on any worker, counted as a manual reassignment.
+SELECT redispatch_job_v2(%(job_id)s, 'manual', %(why)s) AS execution_id
+
+-- name: reserve_job
+-- Reserve an undispatched job for dedicated execution.
+SELECT reserve_job_v1(%(job_id)s) AS reservation_id
+
+-- name: bind_reservation
+-- Bind a reservation to the worker that will run it.
+SELECT bind_reservation_v1(%(reservation_id)s, %(worker_uid)s)
+
+-- name: target_refusal
+-- Why a worker may not be named as a job's required worker right now (NULL when it may).
+SELECT worker_accepts_targets_v1(%(worker_uid)s, %(stale_seconds)s) AS refusal
+
+-- ---- Workers ---------------------------------------------------------------------------------
+
+-- name: register_worker
+-- Register a worker process's session, fencing the session it replaces.
+SELECT register_worker_v1(
+  p_uid => %(uid)s, p_session => %(session_id)s, p_hostname => %(hostname)s, p_pid => %(pid)s,
+  p_version => %(version)s, p_concurrency => %(concurrency)s, p_background_slots => %(background_slots)s,
+  p_limits => %(category_limits)s::jsonb, p_vram => %(vram_total_mb)s,
+  p_capabilities => %(capabilities)s::jsonb, p_workspace => %(workspace)s
+) AS previous_session_id
+
+-- name: worker_heartbeat
+-- A worker session's own heartbeat and system sample; returns its lifecycle.
+SELECT worker_heartbeat_v1(%(uid)s, %(session_id)s, %(sample)s::jsonb) AS lifecycle
+
+-- name: set_session_lifecycle
+-- A worker session says draining or offline; its idle pinned jobs move in the same transaction.
+SELECT set_session_lifecycle_v2(%(uid)s, %(session_id)s, %(lifecycle)s) AS moved
+
+-- name: drain_worker
+-- An operator drains a worker: it claims nothing new, its idle pinned jobs move at once.
+SELECT drain_worker_v2(%(uid)s) AS lifecycle
+
+-- name: evacuate_worker
+-- An operator evacuates a worker: every job pinned to it moves now, running stages included.
+SELECT evacuate_worker_v2(%(uid)s) AS moved
+
+-- name: mark_stale_workers
+-- Report workers silent for longer than stale_seconds as offline.
+SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
+
+-- ---- Claim and fenced writes -----------------------------------------------------------------
+
+-- name: claim_task
+-- Claim one task of the pool for a free slot of this worker session, under a fresh lease.
+SELECT * FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s)
+
+-- name: heartbeat_tasks
+-- Renew the leases of a session's running tasks (tasks: [{"id", "token"}]), each fenced.
+SELECT * FROM heartbeat_tasks_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::jsonb, %(lease_seconds)s)
+
+-- name: report_progress
+-- Fenced progress, detail and log lines of a running stage.
+SELECT * FROM report_progress_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %(session_id)s,
+                                 %(progress)s, %(detail)s::jsonb, %(lines)s)
+
+-- name: finish_task
+-- Fenced finish: complete the task and publish its children and outputs in one transaction.
+SELECT * FROM finish_task_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %(session_id)s,
+                             %(result)s::jsonb, %(children)s::jsonb, %(outputs)s::jsonb)
+
+-- name: fail_task
+-- Fenced failure: retry with backoff while attempts remain (and retryable), else failed.
+SELECT * FROM fail_task_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %(session_id)s,
+                           %(error)s, %(retryable)s)
+
+-- name: release_task
+-- Fenced hand-back on shutdown: pending again without using up an attempt.
+SELECT * FROM release_task_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %(session_id)s, %(why)s)
+
+-- ---- Maintenance -----------------------------------------------------------------------------
+
+-- name: recover_expired
+-- Move up to batch running tasks whose lease or deadline passed to retry_wait, failed or cancelled.
+SELECT * FROM recover_expired_v1(%(batch)s)
+
+-- name: release_jobs
+-- The recovery loop's release pass: move jobs off draining and lost workers.
+SELECT * FROM release_jobs_v2(%(lost_seconds)s, %(reassign_after)s, %(batch)s)
+
+-- name: purge_history
+-- Retention: delete up to batch jobs that ended more than days ago, and old audit rows and samples.
+SELECT purge_history_v1(%(days)s, %(batch)s) AS purged
+
+-- name: record_sample
+-- Record this minute's queue sample once across all workers (recorded NULL when already taken).
+SELECT record_sample_v1() AS recorded
+
+-- name: note_recovery_ran
+-- Remember when a recovery pass last ran (/metrics reports how long ago).
+UPDATE queue_scheduler_state SET last_recovery_at = now() WHERE id = 1
