@@ -2,10 +2,14 @@
 
 This module alone wraps `pgserver` (a real PostgreSQL shipped in a wheel). The server's data lives
 under `var/pgdata` in the checkout and is shared by every process of the project: web, workers,
-tests, management commands. It is started on first use and *kept running* when processes exit
-(pgserver's cleanup is disabled), so a worker restart does not restart the database under the web
-process. pgserver listens on a Unix socket only; a stale `postmaster.pid` left by a crash or reboot
-is detected (its pid is not a live postmaster) and the server is started again.
+tests, management commands. It is *kept running* when processes exit (pgserver's cleanup is
+disabled), so a worker restart does not restart the database under the web process. pgserver
+listens on a Unix socket only; a stale `postmaster.pid` left by a crash or reboot is detected (its
+pid is not a live postmaster) and the server is started again.
+
+Settings never start it: `connection_settings()` only reads where the server listens. The entry
+points that need a database start it first with `start_if_used()`: manage.py (for every command but
+`embedded_db` and help), wsgi/asgi, the tools and the test settings.
 """
 
 import logging
@@ -13,6 +17,8 @@ import os
 import subprocess
 import warnings
 from pathlib import Path
+
+from jetencode.env import envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PGDATA = BASE_DIR / "var" / "pgdata"
@@ -27,13 +33,18 @@ def _pgdata() -> Path:
     return Path(os.environ.get("JETENCODE_EMBEDDED_PGDATA", DEFAULT_PGDATA)).resolve()
 
 
-def _server(pgdata: Path):
+def _pgserver():
     # XDG_RUNTIME_DIR is often unset under systemd units and CI; pgserver then warns and falls back
     # to /tmp, which is what we want, so keep the warning out of every command's output.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pgserver
+        import pgserver._commands
+    return pgserver
 
+
+def _server(pgdata: Path):
+    pgserver = _pgserver()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     return pgserver.get_server(pgdata, cleanup_mode=None)
 
@@ -60,19 +71,40 @@ def _clear_stale_pidfile(pgdata: Path) -> None:
         pidfile.unlink(missing_ok=True)
 
 
+def start_if_used() -> None:
+    """Start the embedded server if this process will use it, i.e. DATABASE_URL is unset."""
+    if not envstr("DATABASE_URL"):
+        ensure_running()
+
+
 def ensure_running() -> dict:
     """Start the embedded server if needed and return Django connection settings for it."""
     pgdata = _pgdata()
     _clear_stale_pidfile(pgdata)
-    server = _server(pgdata)
-    info = server.get_postmaster_info()
-    socket_dir = str(info.socket_dir) if getattr(info, "socket_dir", None) else None
-    uri = server.get_uri()
-    if socket_dir is None:
-        # postgresql://postgres:@/postgres?host=/path/to/socket
-        socket_dir = uri.split("host=", 1)[1].split("&", 1)[0]
-    _ensure_database(server)
-    return {"HOST": socket_dir, "PORT": "", "USER": "postgres", "NAME": DATABASE_NAME, "PASSWORD": ""}
+    _ensure_database(_server(pgdata))
+    return connection_settings()
+
+
+def connection_settings() -> dict:
+    """Django connection settings for the embedded server, without starting it: the socket directory
+    is the one the running server wrote in its postmaster.pid (pgserver puts the socket in the data
+    directory unless that path is too long for a socket name); before a start, the data directory."""
+    return {
+        "HOST": _socket_dir(_pgdata()),
+        "PORT": "",
+        "USER": "postgres",
+        "NAME": DATABASE_NAME,
+        "PASSWORD": "",
+    }
+
+
+def _socket_dir(pgdata: Path) -> str:
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        return str(pgdata)
+    # postmaster.pid: pid, data directory, start time, port, socket directory, listen address, ...
+    return lines[4] if len(lines) > 4 and lines[4] else str(pgdata)
 
 
 def _ensure_database(server) -> None:
@@ -104,8 +136,7 @@ def stop() -> str:
     pgdata = _pgdata()
     if not (pgdata / "postmaster.pid").exists():
         return "not running"
-    from pgserver._commands import pg_ctl
-
+    pg_ctl = _pgserver()._commands.pg_ctl
     user = "pgserver" if os.geteuid() == 0 else None
     try:
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)

@@ -1,8 +1,11 @@
-"""Django settings for JetEncode. Every knob is an environment variable; see .env.example."""
+"""Django settings for JetEncode. Every knob is an environment variable; see .env.example.
 
-import os
+Importing them starts nothing and inspects no command line: manage.py names the connection after
+its command (JETENCODE_APPLICATION_NAME) and starts the embedded PostgreSQL when DATABASE_URL is
+unset; the tests have their own settings (tests/settings.py) on top of these.
+"""
+
 import secrets
-import sys
 from pathlib import Path
 
 import dj_database_url
@@ -78,9 +81,8 @@ TEMPLATES = [
 ]
 
 # --- Database: PostgreSQL only (row locks, SKIP LOCKED and LISTEN/NOTIFY are the scheduler) ---
-APPLICATION_NAME = envstr(
-    "JETENCODE_APPLICATION_NAME", "jetencode-" + (sys.argv[1] if len(sys.argv) > 1 else "web")
-)[:63]
+# Shown in pg_stat_activity: manage.py sets jetencode-<command>, gunicorn.conf.py jetencode-web.
+APPLICATION_NAME = envstr("JETENCODE_APPLICATION_NAME", "jetencode-web")[:63]
 DATABASE_URL = envstr("DATABASE_URL")
 if DATABASE_URL:
     _db = dj_database_url.parse(DATABASE_URL)
@@ -93,16 +95,12 @@ if DATABASE_URL:
 else:
     from jetencode import embedded_db
 
-    _db = {"ENGINE": "django.db.backends.postgresql", **embedded_db.ensure_running()}
+    # Where the embedded server listens; the entry points start it (embedded_db.start_if_used).
+    _db = {"ENGINE": "django.db.backends.postgresql", **embedded_db.connection_settings()}
 _db.setdefault("OPTIONS", {})["application_name"] = APPLICATION_NAME
 _db["CONN_MAX_AGE"] = envint("JETENCODE_CONN_MAX_AGE", 60, minimum=0)
 _db["CONN_HEALTH_CHECKS"] = True
 _db.setdefault("TEST", {})
-if envstr("JETENCODE_TEST_DATABASE_NAME"):
-    _db["TEST"]["NAME"] = envstr("JETENCODE_TEST_DATABASE_NAME")
-elif "pytest" in sys.modules:
-    # One test database per pytest process, so several runs on one server never collide.
-    _db["TEST"]["NAME"] = f"test_{_db['NAME']}_{os.getpid()}"
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -127,8 +125,8 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
-if envbool("JETENCODE_SIMPLE_STATIC", False) or "pytest" in sys.modules:
-    # Tests and `runserver` need no collectstatic step.
+if envbool("JETENCODE_SIMPLE_STATIC", False):
+    # `runserver` (and the tests, in their settings) need no collectstatic step.
     STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 WHITENOISE_USE_FINDERS = True
 

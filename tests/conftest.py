@@ -10,6 +10,15 @@ from django.db import connection
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API inside Django tests
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _subprocesses_use_the_project_settings():
+    """pytest-django exported DJANGO_SETTINGS_MODULE=tests.settings; the workers, web servers and
+    commands the tests start run with the project's own settings, as they do in production. (Set
+    here, not in tests/settings.py, so pytest-xdist's worker processes still get the test settings.)"""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "jetencode.settings"
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _reseed_migration_rows(request):
     """Transactional tests flush every table afterwards, migration-seeded rows included; put the

@@ -13,4 +13,7 @@ def setup_django(application_name: str) -> None:
     os.environ.setdefault("JETENCODE_APPLICATION_NAME", application_name)
     import django
 
+    from jetencode import embedded_db
+
+    embedded_db.start_if_used()
     django.setup()

@@ -170,9 +170,7 @@ def test_adding_an_api_token_shows_it_once_and_stores_its_hash(superuser_client,
     assert token.prefix == raw[:12]
     assert (
         raw
-        not in superuser_client.get(
-            reverse("admin:api_apitoken_change", args=[token.pk])
-        ).content.decode()
+        not in superuser_client.get(reverse("admin:api_apitoken_change", args=[token.pk])).content.decode()
     )
     run_action(superuser_client, ApiToken, "revoke_tokens", [token.pk])
     assert ApiToken.objects.get().revoked

@@ -33,7 +33,9 @@ class Command(BaseCommand):
                 call_command("seed_demo")
             except Exception as exc:  # demo media is a convenience; never block start-up on it
                 self.stderr.write(f"Demo media skipped: {exc}")
+        # Named like the processes they would be started as (manage.py named this one jetencode-runall).
         env = {**os.environ, "JETENCODE_APPLICATION_NAME": "jetencode-web"}
+        worker_env = {**os.environ, "JETENCODE_APPLICATION_NAME": "jetencode-runworker"}
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         children = [
             subprocess.Popen(
@@ -51,9 +53,7 @@ class Command(BaseCommand):
             )
         ]
         if not no_worker:
-            children.append(
-                subprocess.Popen([*manage, "runworker", *worker_args.split()], env=os.environ.copy())
-            )
+            children.append(subprocess.Popen([*manage, "runworker", *worker_args.split()], env=worker_env))
         call_command("ensure_admin")
         self.stdout.write(
             f"JetEncode is up: http://{bind}/dashboard/  (admin: http://{bind}/admin/). Ctrl-C stops."

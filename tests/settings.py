@@ -1,0 +1,24 @@
+"""Settings for the test suite (pyproject's DJANGO_SETTINGS_MODULE): the project's settings, a test
+database of this process's own, and static files served without a collectstatic manifest.
+
+pytest-django imports this module before any test runs, so it is also where the suite starts the
+embedded PostgreSQL when DATABASE_URL is unset (as manage.py does for a command).
+"""
+
+import os
+
+from jetencode import embedded_db
+from jetencode.env import envstr
+
+embedded_db.start_if_used()
+
+from jetencode.settings import *  # noqa: E402, F403
+from jetencode.settings import DATABASES, STORAGES  # noqa: E402
+
+_db = DATABASES["default"]
+# One test database per pytest process, so several runs on one server never collide.
+_db["TEST"]["NAME"] = envstr("JETENCODE_TEST_DATABASE_NAME") or f"test_{_db['NAME']}_{os.getpid()}"
+# The suite's own connections, told apart from the web servers and workers the tests start.
+if not envstr("JETENCODE_APPLICATION_NAME"):
+    _db["OPTIONS"]["application_name"] = "jetencode-tests"
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
