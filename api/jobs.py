@@ -8,7 +8,6 @@ from functools import cache
 from typing import Annotated
 from uuid import UUID
 
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.urls import get_script_prefix
 from ninja import Query, Router, Status
@@ -29,7 +28,7 @@ from api.schemas import (
 from media import submission
 from media.jobtypes import JOB_TYPES
 from scheduler import queries
-from scheduler.models import Job, JobOutput, QueueTask
+from scheduler.models import Job, JobOutput
 from scheduler.repository import JobNotFound
 
 router = Router(tags=["jobs"])
@@ -42,24 +41,23 @@ def pagination(page: int, limit: int, total: int) -> dict[str, int]:
     return {"page": page, "limit": limit, "total": total, "total_pages": math.ceil(total / limit)}
 
 
-def job_summary(job: Job) -> dict:
-    schedule = getattr(job, "schedule", None)
+def job_summary(job: queries.JobRow) -> dict:
     return {
         "id": job.id,
         "type": job.type,
         "status": job.status,
         "progress": job.progress,
-        "priority": schedule.priority if schedule else job.priority,
+        "priority": job.priority,
         "max_attempts": job.max_attempts,
         "hardware": job.hardware,
         "resource_category": job.resource_category,
         "vram_mb": job.vram_mb,
-        "required_worker_uid": schedule.required_worker_uid if schedule else None,
-        "assigned_worker_uid": schedule.assigned_worker_uid if schedule else None,
+        "required_worker_uid": job.required_worker_uid,
+        "assigned_worker_uid": job.assigned_worker_uid,
         "webhook_url": job.webhook_url,
         "last_error": job.last_error,
         "manual_retry_count": job.manual_retry_count,
-        "created_by": job.created_by.get_username() if job.created_by else None,
+        "created_by": job.created_by,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "started_at": job.started_at,
@@ -67,7 +65,7 @@ def job_summary(job: Job) -> dict:
     }
 
 
-def _stage(task: QueueTask) -> dict:
+def _stage(task: queries.TaskRow) -> dict:
     return {
         "id": task.id,
         "task_type": task.task_type,
@@ -87,22 +85,20 @@ def _stage(task: QueueTask) -> dict:
     }
 
 
-def job_detail(job: Job) -> dict:
-    schedule = job.schedule
-    stages = QueueTask.objects.filter(job=job, execution_id=schedule.execution_id).exclude(
-        placement="cluster"
-    )
-    outputs = JobOutput.objects.filter(job=job, execution_id=schedule.execution_id).order_by("name")
+def job_detail(job: queries.JobRow) -> dict:
+    stages = queries.job_tasks(job.id, execution_id=job.execution_id, with_cluster=False)
+    outputs = JobOutput.objects.filter(job_id=job.id, execution_id=job.execution_id).order_by("name")
     entry = queries.queue_entry(job.id)
-    lines = job.log.splitlines()[-JOB_LOG_TAIL_LINES:]
+    params, log = Job.objects.values_list("params", "log").get(pk=job.id)
+    lines = log.splitlines()[-JOB_LOG_TAIL_LINES:]
     return {
         **job_summary(job),
-        "params": job.params,
-        "execution_id": schedule.execution_id,
-        "paused": schedule.paused,
-        "cancel_requested": schedule.cancel_requested_at is not None,
+        "params": params,
+        "execution_id": job.execution_id,
+        "paused": job.paused,
+        "cancel_requested": job.cancel_requested_at is not None,
         "attempt": entry.attempt if entry else None,
-        "stages": [_stage(t) for t in stages.order_by("created_at", "id")],
+        "stages": [_stage(t) for t in stages],
         "outputs": [
             {
                 "name": o.name,
@@ -121,8 +117,8 @@ def job_detail(job: Job) -> dict:
     }
 
 
-def get_job(job_id: UUID) -> Job:
-    job = Job.objects.select_related("schedule", "created_by").filter(pk=job_id).first()
+def get_job(job_id: UUID) -> queries.JobRow:
+    job = queries.job_row(job_id)
     if job is None:
         raise JobNotFound("job not found")
     return job
@@ -154,28 +150,16 @@ def list_jobs(
         Text | None, Query(max_length=200, description="Jobs assigned to or targeted at this worker uid")
     ] = None,
 ):
-    jobs = Job.objects.select_related("schedule", "created_by").order_by("-created_at", "-id")
-    if status:
-        jobs = jobs.filter(status=status)
-    if type:
-        jobs = jobs.filter(type=type)
-    if resource_category:
-        jobs = jobs.filter(
-            Q(resource_category=resource_category)
-            | Q(schedule__required_category=resource_category)
-            | Q(
-                pk__in=QueueTask.objects.filter(resource_category=resource_category)
-                .exclude(placement="cluster")
-                .values("job_id")
-            )
-        )
-    if worker:
-        jobs = jobs.filter(Q(schedule__assigned_worker_uid=worker) | Q(schedule__required_worker_uid=worker))
-    total = jobs.count()
-    offset = (page - 1) * limit
+    filters = {
+        "status": status or None,
+        "type": type or None,
+        "uses_category": resource_category or None,
+        "worker": worker or None,
+    }
+    jobs = queries.job_list(limit=limit, offset=(page - 1) * limit, **filters)
     return {
-        "data": [job_summary(job) for job in jobs[offset : offset + limit]],
-        "pagination": pagination(page, limit, total),
+        "data": [job_summary(job) for job in jobs],
+        "pagination": pagination(page, limit, queries.job_count(**filters)),
     }
 
 
@@ -204,7 +188,7 @@ def list_job_tasks(
     failure and the tail of its stage log."""
     job = get_job(job_id)
     tails = queries.task_log_tails(job.id, log_lines) if log_lines else {}
-    tasks = QueueTask.objects.filter(job=job).order_by("execution_id", "created_at", "id")
+    tasks = queries.job_tasks(job.id, full=True)
     data = [
         {
             **_stage(t),

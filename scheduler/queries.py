@@ -186,3 +186,175 @@ def workspace_fates(job_ids: list, grace_seconds: float) -> dict[str, dict[str, 
     """{job id (str): {status, ended_a_while_ago, execution_id}} for the jobs that still exist."""
     rows = _rows("workspace_fates", {"ids": [str(j) for j in job_ids], "grace": grace_seconds})
     return {str(row["job_id"]): row for row in rows}
+
+
+# ---- jobs, their schedule and tasks: the API's and the dashboard's job pages ---------------------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the job tables show it, with its live schedule (None fields when it has none)."""
+
+    id: UUID
+    type: str
+    status: str
+    progress: int
+    priority: int  # the schedule's (live) priority, else the one requested at creation
+    max_attempts: int
+    hardware: str
+    resource_category: str | None
+    vram_mb: int | None
+    webhook_url: str | None
+    last_error: str | None
+    manual_retry_count: int
+    created_by_id: int | None
+    created_by: str | None  # the creator's username
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    execution_id: int | None
+    required_worker_uid: str | None
+    assigned_worker_uid: str | None
+    paused: bool | None
+    cancel_requested_at: datetime | None
+    category: str | None  # the most demanding category it uses (with_category)
+
+
+def _job_filters(
+    status: str | None = None,
+    type: str | None = None,
+    worker: str | None = None,
+    ids: list | None = None,
+    uses_category: str | None = None,
+    category: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "type": type,
+        "worker": worker,
+        "ids": None if ids is None else [str(i) for i in ids],
+        "uses_category": uses_category,
+        "category": category,
+    }
+
+
+def _usernames(user_ids: set) -> dict[int, str]:
+    if not user_ids:
+        return {}
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    return dict(User._default_manager.filter(pk__in=user_ids).values_list("pk", User.USERNAME_FIELD))
+
+
+def job_list(
+    *, limit: int | None, offset: int = 0, with_category: bool = False, **filters: Any
+) -> list[JobRow]:
+    """Jobs newest first (job_list in queries.sql: the filters and the two category filters)."""
+    rows = _rows(
+        "job_list",
+        {**_job_filters(**filters), "with_category": with_category, "limit": limit, "offset": offset},
+    )
+    names = _usernames({row["created_by_id"] for row in rows if row["created_by_id"] is not None})
+    return [JobRow(**row, created_by=names.get(row["created_by_id"])) for row in rows]
+
+
+def job_count(**filters: Any) -> int:
+    """How many jobs job_list(**filters) has in all."""
+    return _rows("job_count", _job_filters(**filters))[0]["count"]
+
+
+def job_row(job_id) -> JobRow | None:
+    found = job_list(ids=[job_id], limit=1)
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    job_id: UUID
+    execution_id: int
+    priority: int
+    position: int
+    required_worker_uid: str | None
+    assigned_worker_uid: str | None
+    paused: bool
+    cancel_requested_at: datetime | None
+    execution_mode: str
+    required_category: str | None
+    required_vram_mb: int
+
+
+def job_schedule(job_id) -> ScheduleRow | None:
+    rows = _rows("job_schedule", {"job_id": str(job_id)})
+    return ScheduleRow(**rows[0]) if rows else None
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One stage delivery of a job; payload, result and progress_detail are None unless full."""
+
+    id: int
+    job_id: UUID
+    execution_id: int
+    task_type: str
+    placement: str
+    pool: str
+    resource_category: str
+    vram_mb: int
+    state: str
+    attempt: int
+    max_attempts: int
+    claimed_by: str | None
+    progress: float
+    last_failure: str | None
+    available_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+    deadline_at: datetime | None
+    parent_task_id: int | None
+    wait_for_siblings: bool
+    payload: Any
+    result: Any
+    progress_detail: Any
+
+
+def job_tasks(
+    job_id,
+    *,
+    execution_id: int | None = None,
+    with_cluster: bool = True,
+    full: bool = False,
+    limit: int | None = None,
+) -> list[TaskRow]:
+    """A job's tasks in delivery order (job_tasks in queries.sql)."""
+    rows = _rows(
+        "job_tasks",
+        {
+            "job_id": str(job_id),
+            "execution_id": execution_id,
+            "with_cluster": with_cluster,
+            "full": full,
+            "limit": limit,
+        },
+    )
+    for row in rows:
+        for key in ("payload", "result", "progress_detail"):
+            row[key] = _decode(row[key])
+    return [TaskRow(**row) for row in rows]
+
+
+def job_stage_logs(job_id, lines: int) -> list[dict[str, Any]]:
+    """The newest `lines` stage-log lines of a job ({"at", "message", "task_id", "task_type"}),
+    oldest first."""
+    rows = _rows("job_stage_logs", {"job_id": str(job_id), "lines": lines})
+    rows.reverse()
+    return rows
+
+
+def worker_uids(*, live: bool = False, limit: int | None = None) -> list[str]:
+    """Worker uids in order: all of them, or (live) the active ones with a fresh heartbeat."""
+    return [row["uid"] for row in _rows("worker_uids", {"live": live, "stale": _stale(), "limit": limit})]

@@ -133,7 +133,11 @@ def page_number(request: HttpRequest, maximum: int = 100_000) -> int:
 
 
 def cheap_page(queryset, request: HttpRequest, per_page: int) -> CheapPage:
+    return cheap_page_of(lambda limit, offset: list(queryset[offset : offset + limit]), request, per_page)
+
+
+def cheap_page_of(fetch, request: HttpRequest, per_page: int) -> CheapPage:
+    """The same page from `fetch(limit, offset) -> rows` (a named query of scheduler.queries)."""
     number = page_number(request)
-    offset = (number - 1) * per_page
-    rows = list(queryset[offset : offset + per_page + 1])
+    rows = fetch(per_page + 1, (number - 1) * per_page)
     return CheapPage(rows[:per_page], number, per_page, len(rows) > per_page)

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
-from django.conf import settings
 from django.contrib import messages
-from django.db import connection
-from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, TextField, Value, When
-from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 
 from dashboard.files import serve_output
 from dashboard.forms import FormError, JobForm
-from dashboard.views.common import cheap_page, is_partial, operator_required, page, viewer_required
+from dashboard.views.common import cheap_page_of, is_partial, operator_required, page, viewer_required
 from media.jobtypes import JOB_TYPES
 from media.models import MediaAsset
 from media.submission import ValidationError as JobValidationError
 from media.submission import create_job
 from scheduler import queries
 from scheduler.constants import HARDWARE_CHOICES, JOB_STATUSES, RESOURCE_CATEGORIES, TERMINAL_STATUSES
-from scheduler.models import Job, JobOutput, QueueTask, QueueWorker
+from scheduler.models import Job, JobOutput
 
 PAGE_SIZE = 25
 LOG_LINES = 200
@@ -42,38 +37,6 @@ def _display_kind(name: str) -> str:
     return "file"
 
 
-def _category_rank():
-    return Case(
-        When(resource_category="gpu_ai", then=2),
-        When(resource_category="gpu_encode", then=1),
-        default=0,
-        output_field=IntegerField(),
-    )
-
-
-def jobs_queryset():
-    """Jobs newest first with their live priority, worker and the most demanding category they use."""
-    top_category = (
-        QueueTask.objects.filter(job=OuterRef("pk"))
-        .exclude(placement="cluster")
-        .annotate(rank=_category_rank())
-        .order_by("-rank")
-        .values("resource_category")[:1]
-    )
-    return (
-        Job.objects.select_related("schedule")
-        .annotate(
-            category=Coalesce(
-                F("schedule__required_category"),
-                Subquery(top_category),
-                Value("cpu"),
-                output_field=TextField(),
-            )
-        )
-        .order_by("-created_at", "-id")
-    )
-
-
 def _ids(raw: str) -> list[uuid.UUID]:
     found = []
     for part in raw.split(",")[:100]:
@@ -90,21 +53,23 @@ def jobs(request):
         key: request.GET.get(key, "").strip()
         for key in ("status", "type", "resource_category", "worker", "ids")
     }
-    qs = jobs_queryset()
-    if filters["status"] in JOB_STATUSES:
-        qs = qs.filter(status=filters["status"])
-    if filters["type"] in JOB_TYPES:
-        qs = qs.filter(type=filters["type"])
-    if filters["resource_category"] in RESOURCE_CATEGORIES:
-        qs = qs.filter(category=filters["resource_category"])
-    if filters["worker"]:
-        qs = qs.filter(
-            Q(schedule__assigned_worker_uid=filters["worker"])
-            | Q(schedule__required_worker_uid=filters["worker"])
-        )
-    if filters["ids"]:
-        qs = qs.filter(id__in=_ids(filters["ids"]))
-    result = cheap_page(qs, request, PAGE_SIZE)
+
+    def known(key: str, values) -> str | None:
+        return filters[key] if filters[key] in values else None
+
+    chosen = {
+        "status": known("status", JOB_STATUSES),
+        "type": known("type", JOB_TYPES),
+        "category": known("resource_category", RESOURCE_CATEGORIES),
+        "worker": filters["worker"] or None,
+        "ids": _ids(filters["ids"]) if filters["ids"] else None,
+    }
+    # Newest first, with the live priority, worker and the most demanding category each job uses.
+    result = cheap_page_of(
+        lambda limit, offset: queries.job_list(limit=limit, offset=offset, with_category=True, **chosen),
+        request,
+        PAGE_SIZE,
+    )
     live = any(job.status not in TERMINAL_STATUSES for job in result.items)
     context = {
         "page_obj": result,
@@ -114,14 +79,14 @@ def jobs(request):
         "statuses": JOB_STATUSES,
         "types": sorted(JOB_TYPES),
         "categories": RESOURCE_CATEGORIES,
-        "worker_uids": list(QueueWorker.objects.order_by("uid").values_list("uid", flat=True)[:200]),
+        "worker_uids": queries.worker_uids(limit=200),
     }
     if is_partial(request):
         return page(request, "dashboard/partials/jobs_table.html", context)
     return page(request, "dashboard/jobs.html", context)
 
 
-def _timeline(job: Job, tasks: list[QueueTask]) -> list[dict]:
+def _timeline(job: Job, tasks: list[queries.TaskRow]) -> list[dict]:
     """Bars for the stage timeline: queued (created→started) and running (started→finished) spans,
     as percentages of the job's lifetime so far."""
     now = timezone.now()
@@ -156,63 +121,14 @@ def _timeline(job: Job, tasks: list[QueueTask]) -> list[dict]:
     return rows
 
 
-# The newest lines of each of the job's tasks (index task_logs_by_task), then the newest overall:
-# never a walk over the whole log table.
-STAGE_LOGS_SQL = """
-SELECT l.at, l.message, l.task_id, t.task_type
-  FROM queue_tasks t
-  CROSS JOIN LATERAL (
-    SELECT l.id, l.at, l.message, l.task_id FROM queue_task_logs l
-     WHERE l.task_id = t.id ORDER BY l.id DESC LIMIT %(lines)s) l
- WHERE t.job_id = %(job)s
- ORDER BY l.id DESC
- LIMIT %(lines)s
-"""
-
-
-def _stage_logs(job: Job) -> list[dict]:
-    with connection.cursor() as cursor:
-        cursor.execute(STAGE_LOGS_SQL, {"job": job.id, "lines": LOG_LINES})
-        rows = [
-            dict(zip(("at", "message", "task_id", "task_type"), row, strict=True))
-            for row in cursor.fetchall()
-        ]
-    rows.reverse()
-    return rows
-
-
 def job_context(job: Job) -> dict:
-    tasks = list(
-        QueueTask.objects.filter(job=job)
-        .order_by("execution_id", "created_at", "id")
-        .only(
-            "id",
-            "job_id",
-            "execution_id",
-            "task_type",
-            "placement",
-            "pool",
-            "resource_category",
-            "vram_mb",
-            "state",
-            "attempt",
-            "max_attempts",
-            "claimed_by",
-            "progress",
-            "last_failure",
-            "created_at",
-            "started_at",
-            "finished_at",
-            "available_at",
-            "parent_task_id",
-        )[: TIMELINE_TASKS + 1]
-    )
-    stage_logs = _stage_logs(job)
+    tasks = queries.job_tasks(job.id, limit=TIMELINE_TASKS + 1)
+    stage_logs = queries.job_stage_logs(job.id, LOG_LINES)
     log_lines = job.log.splitlines()[-LOG_LINES:]
     outputs = list(JobOutput.objects.filter(job=job).order_by("execution_id", "name")[:MAX_OUTPUTS])
     for output in outputs:
         output.display = _display_kind(output.name)
-    schedule = getattr(job, "schedule", None)
+    schedule = queries.job_schedule(job.id)
     entry = queries.queue_entry(job.id) if job.status not in ("completed", "cancelled") else None
     terminal = job.status in TERMINAL_STATUSES and not any(t.state == "running" for t in tasks)
     return {
@@ -234,7 +150,7 @@ def job_context(job: Job) -> dict:
 
 @viewer_required
 def job_detail(request, job_id):
-    job = get_object_or_404(Job.objects.select_related("schedule", "created_by"), pk=job_id)
+    job = get_object_or_404(Job.objects.select_related("created_by"), pk=job_id)
     context = job_context(job)
     if is_partial(request):
         return page(request, "dashboard/partials/job_live.html", context)
@@ -247,15 +163,6 @@ def job_output(request, job_id, name):
     return serve_output(request, job_id, name)
 
 
-def _worker_choices():
-    stale = timezone.now() - timedelta(seconds=settings.JETENCODE["STALE_WORKER_SECONDS"])
-    return list(
-        QueueWorker.objects.filter(lifecycle="active", last_heartbeat_at__gte=stale)
-        .order_by("uid")
-        .values_list("uid", flat=True)
-    )
-
-
 def _asset_choices():
     return list(MediaAsset.objects.order_by("-created_at").values("id", "title", "path")[:200])
 
@@ -263,7 +170,7 @@ def _asset_choices():
 def _new_context(form: JobForm) -> dict:
     return {
         "form": form,
-        "worker_choices": _worker_choices(),
+        "worker_choices": queries.worker_uids(live=True),
         "assets": _asset_choices(),
         "hardware": HARDWARE_CHOICES,
         "categories": RESOURCE_CATEGORIES,

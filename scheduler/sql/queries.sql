@@ -265,3 +265,104 @@ SELECT j.id AS job_id, j.status,
        s.execution_id
 FROM jobs j JOIN job_schedule s ON s.job_id = j.id
 WHERE j.id = ANY (%(ids)s::uuid[]);
+
+-- name: job_list
+-- Jobs newest first, a page (limit NULL: all) of the API's and the dashboard's job tables, with
+-- their live schedule; each filter NULL means any. uses_category (the API's): jobs that asked for
+-- the category or have a stage in it; category (the dashboard's): the most demanding category a job
+-- uses (its GPU requirement, else its stages' top one, else cpu), computed only when with_category
+-- or filtered on (else NULL).
+SELECT j.id, j.type, j.status, j.progress, coalesce(s.priority, j.priority) AS priority,
+       j.max_attempts, j.hardware, j.resource_category, j.vram_mb, j.webhook_url, j.last_error,
+       j.manual_retry_count, j.created_by_id, j.created_at, j.updated_at, j.started_at, j.finished_at,
+       s.execution_id, s.required_worker_uid, s.assigned_worker_uid, s.paused, s.cancel_requested_at,
+       c.category
+FROM jobs j
+LEFT JOIN job_schedule s ON s.job_id = j.id
+LEFT JOIN LATERAL (
+  SELECT coalesce(s.required_category, (
+           SELECT t.resource_category FROM queue_tasks t
+            WHERE t.job_id = j.id AND t.placement <> 'cluster'
+            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
+            LIMIT 1), 'cpu') AS category
+   WHERE %(with_category)s OR %(category)s::text IS NOT NULL
+) c ON true
+WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(type)s::text IS NULL OR j.type = %(type)s)
+  AND (%(worker)s::text IS NULL OR s.assigned_worker_uid = %(worker)s OR s.required_worker_uid = %(worker)s)
+  AND (%(ids)s::uuid[] IS NULL OR j.id = ANY (%(ids)s::uuid[]))
+  AND (%(uses_category)s::text IS NULL OR j.resource_category = %(uses_category)s
+       OR s.required_category = %(uses_category)s
+       OR j.id IN (SELECT t.job_id FROM queue_tasks t
+                    WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
+  AND (%(category)s::text IS NULL OR c.category = %(category)s)
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: job_count
+-- How many jobs job_list has in all for the same filters (the API's page count).
+SELECT count(*) AS count
+FROM jobs j
+LEFT JOIN job_schedule s ON s.job_id = j.id
+LEFT JOIN LATERAL (
+  SELECT coalesce(s.required_category, (
+           SELECT t.resource_category FROM queue_tasks t
+            WHERE t.job_id = j.id AND t.placement <> 'cluster'
+            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
+            LIMIT 1), 'cpu') AS category
+   WHERE %(category)s::text IS NOT NULL
+) c ON true
+WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(type)s::text IS NULL OR j.type = %(type)s)
+  AND (%(worker)s::text IS NULL OR s.assigned_worker_uid = %(worker)s OR s.required_worker_uid = %(worker)s)
+  AND (%(ids)s::uuid[] IS NULL OR j.id = ANY (%(ids)s::uuid[]))
+  AND (%(uses_category)s::text IS NULL OR j.resource_category = %(uses_category)s
+       OR s.required_category = %(uses_category)s
+       OR j.id IN (SELECT t.job_id FROM queue_tasks t
+                    WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
+  AND (%(category)s::text IS NULL OR c.category = %(category)s);
+
+-- name: job_schedule
+-- One job's schedule row: its current execution, live priority, worker, pause and cancel request.
+SELECT job_id, execution_id, priority, position, required_worker_uid, assigned_worker_uid, paused,
+       cancel_requested_at, execution_mode, required_category, required_vram_mb
+FROM job_schedule WHERE job_id = %(job_id)s;
+
+-- name: job_tasks
+-- One job's tasks in delivery order (execution, then creation): all executions or one
+-- (execution_id), webhook deliveries (cluster placement) included or not, at most `limit` (NULL:
+-- all); payload, result and progress detail only when full (else NULL: the dashboard's timeline).
+SELECT id, job_id, execution_id, task_type, placement, pool, resource_category, vram_mb, state,
+       attempt, max_attempts, claimed_by, progress, last_failure, available_at, created_at,
+       started_at, finished_at, heartbeat_at, lease_expires_at, deadline_at, parent_task_id,
+       wait_for_siblings,
+       CASE WHEN %(full)s THEN payload END AS payload,
+       CASE WHEN %(full)s THEN result END AS result,
+       CASE WHEN %(full)s THEN progress_detail END AS progress_detail
+FROM queue_tasks
+WHERE job_id = %(job_id)s
+  AND (%(execution_id)s::int IS NULL OR execution_id = %(execution_id)s)
+  AND (%(with_cluster)s OR placement <> 'cluster')
+ORDER BY execution_id, created_at, id
+LIMIT %(limit)s;
+
+-- name: job_stage_logs
+-- The newest %(lines)s stage-log lines of one job, newest first: the newest lines of each of its
+-- tasks (index task_logs_by_task), then the newest of those; never a walk over the whole log table.
+SELECT l.at, l.message, l.task_id, t.task_type
+FROM queue_tasks t
+CROSS JOIN LATERAL (
+  SELECT l.id, l.at, l.message, l.task_id FROM queue_task_logs l
+   WHERE l.task_id = t.id ORDER BY l.id DESC LIMIT %(lines)s) l
+WHERE t.job_id = %(job_id)s
+ORDER BY l.id DESC
+LIMIT %(lines)s;
+
+-- name: worker_uids
+-- Worker uids in order, at most `limit` (NULL: all): every registered worker, or (live) only the
+-- active ones with a heartbeat within the stale threshold (those a job can be targeted at).
+SELECT uid FROM queue_workers
+WHERE NOT %(live)s
+   OR (lifecycle = 'active' AND last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
+ORDER BY uid
+LIMIT %(limit)s;
