@@ -270,23 +270,22 @@ WHERE j.id = ANY (%(ids)s::uuid[]);
 -- Jobs newest first, a page (limit NULL: all) of the API's and the dashboard's job tables, with
 -- their live schedule; each filter NULL means any. uses_category (the API's): jobs that asked for
 -- the category or have a stage in it; category (the dashboard's): the most demanding category a job
--- uses (its GPU requirement, else its stages' top one, else cpu), computed only when with_category
--- or filtered on (else NULL).
+-- uses (its GPU requirement, else its stages' top one, else cpu), also returned when with_category.
+-- The filters are job_count's, word for word. (A filter left NULL folds away, and with it the
+-- schedule join when nothing else reads it: an unfiltered count reads the jobs table alone.)
 SELECT j.id, j.type, j.status, j.progress, coalesce(s.priority, j.priority) AS priority,
        j.max_attempts, j.hardware, j.resource_category, j.vram_mb, j.webhook_url, j.last_error,
        j.manual_retry_count, j.created_by_id, j.created_at, j.updated_at, j.started_at, j.finished_at,
        s.execution_id, s.required_worker_uid, s.assigned_worker_uid, s.paused, s.cancel_requested_at,
-       c.category
+       CASE WHEN %(with_category)s THEN coalesce(
+         s.required_category,
+         (SELECT t.resource_category FROM queue_tasks t
+           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
+           LIMIT 1),
+         'cpu') END AS category
 FROM jobs j
 LEFT JOIN job_schedule s ON s.job_id = j.id
-LEFT JOIN LATERAL (
-  SELECT coalesce(s.required_category, (
-           SELECT t.resource_category FROM queue_tasks t
-            WHERE t.job_id = j.id AND t.placement <> 'cluster'
-            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
-            LIMIT 1), 'cpu') AS category
-   WHERE %(with_category)s OR %(category)s::text IS NOT NULL
-) c ON true
 WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(type)s::text IS NULL OR j.type = %(type)s)
   AND (%(worker)s::text IS NULL OR s.assigned_worker_uid = %(worker)s OR s.required_worker_uid = %(worker)s)
@@ -295,7 +294,13 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
        OR s.required_category = %(uses_category)s
        OR j.id IN (SELECT t.job_id FROM queue_tasks t
                     WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
-  AND (%(category)s::text IS NULL OR c.category = %(category)s)
+  AND (%(category)s::text IS NULL OR coalesce(
+         s.required_category,
+         (SELECT t.resource_category FROM queue_tasks t
+           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
+           LIMIT 1),
+         'cpu') = %(category)s)
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -304,14 +309,6 @@ LIMIT %(limit)s OFFSET %(offset)s;
 SELECT count(*) AS count
 FROM jobs j
 LEFT JOIN job_schedule s ON s.job_id = j.id
-LEFT JOIN LATERAL (
-  SELECT coalesce(s.required_category, (
-           SELECT t.resource_category FROM queue_tasks t
-            WHERE t.job_id = j.id AND t.placement <> 'cluster'
-            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
-            LIMIT 1), 'cpu') AS category
-   WHERE %(category)s::text IS NOT NULL
-) c ON true
 WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(type)s::text IS NULL OR j.type = %(type)s)
   AND (%(worker)s::text IS NULL OR s.assigned_worker_uid = %(worker)s OR s.required_worker_uid = %(worker)s)
@@ -320,7 +317,13 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
        OR s.required_category = %(uses_category)s
        OR j.id IN (SELECT t.job_id FROM queue_tasks t
                     WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
-  AND (%(category)s::text IS NULL OR c.category = %(category)s);
+  AND (%(category)s::text IS NULL OR coalesce(
+         s.required_category,
+         (SELECT t.resource_category FROM queue_tasks t
+           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
+           LIMIT 1),
+         'cpu') = %(category)s);
 
 -- name: job_schedule
 -- One job's schedule row: its current execution, live priority, worker, pause and cancel request.
