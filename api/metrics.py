@@ -51,12 +51,28 @@ def _le(bound: float) -> str:
 
 
 class JetEncodeCollector:
+    """One method per metric family; `collect` yields them in the exposition's order."""
+
     def describe(self) -> list[Metric]:
         return []  # collect() needs the database; don't run it at registration
 
     def collect(self) -> Iterator[Metric]:
-        cfg = settings.JETENCODE
+        yield self.queue_depth()
+        stats = queries.stats()
+        yield self.jobs_by_status(stats)
+        yield self.running_by_category(stats)
+        yield from self.vram(stats)
+        yield self.workers_by_lifecycle()
+        scalars = queries.metrics_scalars(
+            stuck_after_seconds=2 * settings.JETENCODE["RECOVERY_INTERVAL_SECONDS"]
+        )
+        yield from self.fence_counters(scalars)
+        yield self.reassignments()
+        yield from self.recovery_health(scalars)
+        yield self.claim_latency()
+        yield self.stage_duration()
 
+    def queue_depth(self) -> Metric:
         depth = GaugeMetricFamily(
             "jetencode_queue_tasks",
             "Unfinished stage tasks by state, pool and resource category",
@@ -69,14 +85,15 @@ class JetEncodeCollector:
                 seen.setdefault((state, pool, "cpu"), 0)
         for (state, pool, category), n in sorted(seen.items()):
             depth.add_metric([state, pool, category], n)
-        yield depth
+        return depth
 
-        stats = queries.stats()
+    def jobs_by_status(self, stats: dict) -> Metric:
         jobs = GaugeMetricFamily("jetencode_jobs", "Jobs by status", labels=["status"])
         for status in JOB_STATUSES:
             jobs.add_metric([status], int(stats["by_status"].get(status, 0)))
-        yield jobs
+        return jobs
 
+    def running_by_category(self, stats: dict) -> Metric:
         running = GaugeMetricFamily(
             "jetencode_running_tasks",
             "Running media-pool stages by resource category",
@@ -84,8 +101,9 @@ class JetEncodeCollector:
         )
         for category in RESOURCE_CATEGORIES:
             running.add_metric([category], int(stats["running_by_category"].get(category, 0)))
-        yield running
+        return running
 
+    def vram(self, stats: dict) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             "jetencode_vram_used_mb", "VRAM reserved by running stages (MB)", value=int(stats["vram_used_mb"])
         )
@@ -93,15 +111,16 @@ class JetEncodeCollector:
             "jetencode_vram_total_mb", "VRAM of active, fresh workers (MB)", value=int(stats["vram_total_mb"])
         )
 
+    def workers_by_lifecycle(self) -> Metric:
         workers = GaugeMetricFamily(
             "jetencode_workers", "Workers by effective lifecycle", labels=["lifecycle"]
         )
         by_lifecycle = queries.workers_by_lifecycle()
         for lifecycle in LIFECYCLES:
             workers.add_metric([lifecycle], by_lifecycle.get(lifecycle, 0))
-        yield workers
+        return workers
 
-        scalars = queries.metrics_scalars(stuck_after_seconds=2 * cfg["RECOVERY_INTERVAL_SECONDS"])
+    def fence_counters(self, scalars: dict) -> Iterator[Metric]:
         yield CounterMetricFamily(
             "jetencode_stale_writes_rejected",
             "Fenced writes rejected (stale lease, session or execution)",
@@ -117,6 +136,8 @@ class JetEncodeCollector:
             "Stage attempts that failed and were scheduled to retry",
             value=scalars["retries"],
         )
+
+    def reassignments(self) -> Metric:
         moved = CounterMetricFamily(
             "jetencode_reassignments",
             "Jobs moved off a worker, by cause: drained, evacuated, lost_in_dispatch (lost, no local "
@@ -125,7 +146,9 @@ class JetEncodeCollector:
         )
         for cause, n in queries.reassignments().items():
             moved.add_metric([cause], n)
-        yield moved
+        return moved
+
+    def recovery_health(self, scalars: dict) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             "jetencode_oldest_pending_seconds",
             "How long the longest-waiting runnable job has waited for a slot",
@@ -143,8 +166,9 @@ class JetEncodeCollector:
             value=float(last) if last is not None else 0.0,
         )
 
+    def claim_latency(self) -> Metric:
         claim = queries.claim_latency_histogram(CLAIM_LATENCY_BUCKETS)
-        yield _histogram(
+        return _histogram(
             "jetencode_claim_latency_seconds",
             "Claim time minus the time the task became runnable, tasks claimed in the last 5 minutes",
             CLAIM_LATENCY_BUCKETS,
@@ -153,6 +177,7 @@ class JetEncodeCollector:
             claim["total"],
         )
 
+    def stage_duration(self) -> Metric:
         stage = HistogramMetricFamily(
             "jetencode_stage_duration_seconds",
             "Finish minus start of stage tasks finished in the last hour",
@@ -169,7 +194,7 @@ class JetEncodeCollector:
                 labels={"task_type": row["task_type"]},
                 family=stage,
             )
-        yield stage
+        return stage
 
 
 registry = CollectorRegistry(auto_describe=False)
