@@ -11,6 +11,7 @@ ninja's own `{"detail": [...]}` list, and nothing the client sends turns into a 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -86,68 +87,86 @@ def detail_response(status: int, detail: str, **headers: str) -> JsonResponse:
     return response
 
 
+# ---- the handlers, one per kind of error --------------------------------------------------------
+
+
+def schema_violation(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    return validation_response(
+        [{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors]
+    )
+
+
+def invalid_job(request: HttpRequest, exc: submission.ValidationError) -> HttpResponse:
+    return validation_response(exc.errors)
+
+
+def invalid_argument(request: HttpRequest, exc: repository.InvalidArgument) -> HttpResponse:
+    return validation_response([{"field": exc.field, "message": exc.message}])
+
+
+def not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return detail_response(404, str(exc) or "not found")
+
+
+def conflict(request: HttpRequest, exc: repository.ActionNotAllowed) -> HttpResponse:
+    return detail_response(409, str(exc))
+
+
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if exc.status_code == 400 and str(exc).startswith("Cannot parse request body"):
+        # ninja's message for a body that is not JSON: answer in the 422 shape like any bad input.
+        return validation_response([{"field": "body", "message": "the request body is not valid JSON"}])
+    if isinstance(exc, AuthenticationError):
+        message = (
+            str(exc)
+            if str(exc) != "Unauthorized"
+            else "authentication required: send Authorization: Bearer <token>"
+        )
+        return detail_response(401, message, WWW_Authenticate='Bearer realm="jetencode"')
+    return detail_response(exc.status_code, str(exc))
+
+
+def forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return detail_response(403, str(exc) or "permission denied")
+
+
+def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return detail_response(
+        413, f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
+    )
+
+
+def database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.error("database unavailable: %s", exc)
+    return detail_response(503, "the database is unavailable", Retry_After="5")
+
+
+def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("unhandled error in %s %s", request.method, request.path)
+    return detail_response(500, "internal server error")
+
+
+# ninja picks the handler of the nearest class in the exception's MRO, so `Exception` only catches
+# what nothing above it names.
+HANDLERS: tuple[tuple[type[Exception], Callable[[HttpRequest, Any], HttpResponse]], ...] = (
+    (NinjaValidationError, schema_violation),
+    (submission.ValidationError, invalid_job),
+    (repository.InvalidArgument, invalid_argument),
+    (repository.JobNotFound, not_found),
+    (Http404, not_found),
+    (repository.ActionNotAllowed, conflict),
+    (HttpError, http_error),
+    (PermissionDenied, forbidden),
+    (RequestDataTooBig, too_big),
+    (OperationalError, database_down),
+    (InterfaceError, database_down),
+    (Exception, unexpected),
+)
+
+
 def install(api: NinjaAPI) -> None:
-    @api.exception_handler(NinjaValidationError)
-    def schema_violation(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
-        return validation_response(
-            [{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors]
-        )
-
-    @api.exception_handler(submission.ValidationError)
-    def invalid_job(request: HttpRequest, exc: submission.ValidationError) -> HttpResponse:
-        return validation_response(exc.errors)
-
-    @api.exception_handler(repository.InvalidArgument)
-    def invalid_argument(request: HttpRequest, exc: repository.InvalidArgument) -> HttpResponse:
-        return validation_response([{"field": exc.field, "message": exc.message}])
-
-    @api.exception_handler(repository.JobNotFound)
-    def not_found(request: HttpRequest, exc: repository.JobNotFound) -> HttpResponse:
-        return detail_response(404, str(exc) or "not found")
-
-    @api.exception_handler(Http404)
-    def http404(request: HttpRequest, exc: Http404) -> HttpResponse:
-        return detail_response(404, str(exc) or "not found")
-
-    @api.exception_handler(repository.ActionNotAllowed)
-    def conflict(request: HttpRequest, exc: repository.ActionNotAllowed) -> HttpResponse:
-        return detail_response(409, str(exc))
-
-    @api.exception_handler(HttpError)
-    def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-        if exc.status_code == 400 and str(exc).startswith("Cannot parse request body"):
-            # ninja's message for a body that is not JSON: answer in the 422 shape like any bad input.
-            return validation_response([{"field": "body", "message": "the request body is not valid JSON"}])
-        if isinstance(exc, AuthenticationError):
-            message = (
-                str(exc)
-                if str(exc) != "Unauthorized"
-                else "authentication required: send Authorization: Bearer <token>"
-            )
-            return detail_response(401, message, WWW_Authenticate='Bearer realm="jetencode"')
-        return detail_response(exc.status_code, str(exc))
-
-    @api.exception_handler(PermissionDenied)
-    def forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
-        return detail_response(403, str(exc) or "permission denied")
-
-    @api.exception_handler(RequestDataTooBig)
-    def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-        return detail_response(
-            413, f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
-        )
-
-    @api.exception_handler(OperationalError)
-    def database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
-        logger.error("database unavailable: %s", exc)
-        return detail_response(503, "the database is unavailable", Retry_After="5")
-
-    api.add_exception_handler(InterfaceError, database_down)
-
-    @api.exception_handler(Exception)
-    def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-        logger.exception("unhandled error in %s %s", request.method, request.path)
-        return detail_response(500, "internal server error")
+    for exc_class, handler in HANDLERS:
+        api.add_exception_handler(exc_class, handler)
 
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
