@@ -108,14 +108,58 @@ def _rotation(container: av.container.InputContainer, stream) -> int:
     return 0
 
 
-def probe(path: Path | str) -> MediaInfo:
-    path = Path(path)
+def _size_of(path: Path) -> int:
     try:
         size = os.stat(path).st_size
     except OSError as exc:
         raise ProbeError(path, f"file not found or unreadable ({exc.strerror})") from exc
     if size == 0:
         raise ProbeError(path, "file is empty")
+    return size
+
+
+def _video_fields(container: av.container.InputContainer, video) -> dict[str, Any]:
+    """MediaInfo's video fields; display size (width and height swapped for a 90° or 270° rotation)."""
+    if video is None:
+        return {
+            "width": None,
+            "height": None,
+            "fps": None,
+            "video_codec": "",
+            "video_profile": "",
+            "pix_fmt": "",
+            "rotation": 0,
+            "codec_string": "",
+        }
+    ctx = video.codec_context
+    width, height = ctx.width or None, ctx.height or None
+    rate = video.average_rate or video.guessed_rate
+    video_codec = ctx.name or ""
+    rotation = _rotation(container, video)
+    if rotation in (90, 270) and width and height:
+        width, height = height, width
+    return {
+        "width": width,
+        "height": height,
+        "fps": round(float(rate), 3) if rate else None,
+        "video_codec": video_codec,
+        "video_profile": video.profile or "",
+        "pix_fmt": ctx.pix_fmt or "",
+        "rotation": rotation,
+        "codec_string": _avc_codec_string(ctx.extradata) if video_codec == "h264" else "",
+    }
+
+
+def _audio_fields(audio) -> dict[str, Any]:
+    if audio is None:
+        return {"audio_codec": "", "sample_rate": None, "channels": None}
+    ctx = audio.codec_context
+    return {"audio_codec": ctx.name or "", "sample_rate": ctx.sample_rate, "channels": ctx.channels}
+
+
+def probe(path: Path | str) -> MediaInfo:
+    path = Path(path)
+    size = _size_of(path)
     try:
         container = av.open(str(path), mode="r", metadata_errors="ignore")
     except av.error.FFmpegError as exc:
@@ -126,23 +170,7 @@ def probe(path: Path | str) -> MediaInfo:
         if video is None and audio is None:
             raise ProbeError(path, "no audio or video stream")
         duration = _duration(container)
-        width = height = None
-        fps = None
-        rotation = 0
-        video_codec = profile = pix_fmt = codec_string = ""
-        if video is not None:
-            ctx = video.codec_context
-            width, height = ctx.width or None, ctx.height or None
-            rate = video.average_rate or video.guessed_rate
-            fps = round(float(rate), 3) if rate else None
-            video_codec = ctx.name or ""
-            profile = video.profile or ""
-            pix_fmt = ctx.pix_fmt or ""
-            if video_codec == "h264":
-                codec_string = _avc_codec_string(ctx.extradata)
-            rotation = _rotation(container, video)
-            if rotation in (90, 270) and width and height:
-                width, height = height, width
+        picture = _video_fields(container, video)
         bitrate = container.bit_rate or (int(size * 8 / duration) if duration else None)
         return MediaInfo(
             path=str(path),
@@ -152,18 +180,9 @@ def probe(path: Path | str) -> MediaInfo:
             bitrate=int(bitrate) if bitrate else None,
             has_video=video is not None,
             has_audio=audio is not None,
-            width=width,
-            height=height,
-            fps=fps,
-            video_codec=video_codec,
-            video_profile=profile,
-            pix_fmt=pix_fmt,
-            rotation=rotation,
-            orientation=orientation_of(width, height),
-            audio_codec=(audio.codec_context.name if audio is not None else "") or "",
-            sample_rate=audio.codec_context.sample_rate if audio is not None else None,
-            channels=audio.codec_context.channels if audio is not None else None,
-            codec_string=codec_string,
+            orientation=orientation_of(picture["width"], picture["height"]),
+            **picture,
+            **_audio_fields(audio),
         )
     except av.error.FFmpegError as exc:
         raise ProbeError(path, f"not a readable media file ({exc})") from exc
