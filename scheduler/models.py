@@ -354,6 +354,9 @@ class QueueWorker(models.Model):
     system_sample = models.JSONField(default=dict)
     capabilities = models.JSONField(default=dict)
     workspace = models.TextField(blank=True, default="")
+    # When the current session said offline itself (a finished drain); NULL from each registration
+    # on. The release pass treats a worker that left on purpose as drained, never as lost.
+    left_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "queue_workers"

@@ -24,6 +24,7 @@ SELECT
       THEN coalesce((
         SELECT CASE
                  WHEN w.lifecycle = 'draining' THEN 'worker ' || w.uid || ' is draining: the job moves to another worker within seconds'
+                 WHEN w.left_at IS NOT NULL THEN 'worker ' || w.uid || ' has left: the job moves to another worker within seconds'
                  WHEN has_local_work_v2(s.job_id, s.execution_id)
                    THEN 'waiting up to ' || format_seconds_v2(%(reassign_after)s - extract(epoch FROM now() - w.last_heartbeat_at))
                         || ' for worker ' || w.uid || ' (has local work)'

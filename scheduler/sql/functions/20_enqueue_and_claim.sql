@@ -6,7 +6,8 @@
 
 -- Register a process start. The new session fences the previous one of the same uid at once: its
 -- running tasks' leases are expired so the recovery loop can hand them on without waiting. The
--- worker row ends active with this session's capacity. Returns the session it replaced, if any.
+-- worker row ends active with this session's capacity (and no left_at: a new process has not left).
+-- Returns the session it replaced, if any.
 CREATE OR REPLACE FUNCTION register_worker_v1(
   p_uid text, p_session uuid, p_hostname text, p_pid int, p_version text, p_concurrency int,
   p_background_slots int, p_limits jsonb, p_vram int, p_capabilities jsonb, p_workspace text
@@ -26,7 +27,8 @@ BEGIN
     version = EXCLUDED.version, concurrency = EXCLUDED.concurrency,
     background_slots = EXCLUDED.background_slots, category_limits = EXCLUDED.category_limits,
     vram_total_mb = EXCLUDED.vram_total_mb, lifecycle = 'active', registered_at = now(),
-    last_heartbeat_at = now(), capabilities = EXCLUDED.capabilities, workspace = EXCLUDED.workspace;
+    last_heartbeat_at = now(), capabilities = EXCLUDED.capabilities, workspace = EXCLUDED.workspace,
+    left_at = NULL;
   IF previous IS NOT NULL AND previous <> p_session THEN
     UPDATE queue_tasks SET lease_expires_at = now() - interval '1 millisecond'
     WHERE state = 'running' AND claimed_worker_session_id = previous;

@@ -249,8 +249,8 @@ END
 $$;
 
 -- The recovery loop's release pass (every worker runs it each round, after recover_expired_v1):
--- pinned jobs with work waiting and nothing running, on a worker that is draining (drained) or
--- lost. A worker is lost when it has sent no heartbeat for p_lost_seconds (the lease: by then every
+-- pinned jobs with work waiting and nothing running, on a worker that is draining or left on
+-- purpose (drained: it said offline itself, left_at) or lost. A worker is lost when it has sent no heartbeat for p_lost_seconds (the lease: by then every
 -- lease it held has run out): lost_in_dispatch without local work, lost_after_delay with local
 -- work once the silence exceeds p_reassign_after. Cheap when nothing is wrong: the candidates are
 -- found from the (few) draining or silent worker rows.
@@ -263,7 +263,8 @@ BEGIN
   FOR c IN
     SELECT * FROM (
       SELECT s.job_id AS job, w.uid, CASE
-               WHEN w.lifecycle = 'draining' THEN 'drained'
+               WHEN w.lifecycle = 'draining' OR (w.lifecycle = 'offline' AND w.left_at IS NOT NULL)
+                 THEN 'drained'
                WHEN w.last_heartbeat_at >= now() - make_interval(secs => p_lost_seconds) THEN NULL
                WHEN NOT has_local_work_v2(s.job_id, s.execution_id) THEN 'lost_in_dispatch'
                WHEN w.last_heartbeat_at < now() - make_interval(secs => p_reassign_after) THEN 'lost_after_delay'
@@ -271,7 +272,8 @@ BEGIN
         FROM queue_workers w
         JOIN job_schedule s ON s.group_key = w.uid AND s.assigned_worker_uid = w.uid
         JOIN jobs j ON j.id = s.job_id
-       WHERE (w.lifecycle = 'draining' OR w.last_heartbeat_at < now() - make_interval(secs => p_lost_seconds))
+       WHERE (w.lifecycle = 'draining' OR (w.lifecycle = 'offline' AND w.left_at IS NOT NULL)
+              OR w.last_heartbeat_at < now() - make_interval(secs => p_lost_seconds))
          AND j.status IN ('pending', 'retry_wait', 'paused')
          AND s.cancel_requested_at IS NULL AND s.required_worker_uid IS NULL
     ) candidates
@@ -297,11 +299,15 @@ $$;
 -- The session itself says draining or offline (SIGTERM, the end of a drain). Fenced on the session:
 -- NULL when it is not the current one. Leaving releases the worker's idle pinned jobs in the same
 -- transaction (cause drained); stages still running when it began draining are handed back before
--- it says offline, so by then every pinned job is idle. Returns how many jobs moved.
+-- it says offline, so by then every pinned job is idle. Saying offline also records left_at, so a
+-- job that could not move at that moment (busy finishing a webhook, a hand-back that failed) is
+-- still treated as drained by the release pass, not as lost: a worker that left on purpose is not
+-- coming back for its local work. Returns how many jobs moved.
 CREATE OR REPLACE FUNCTION set_session_lifecycle_v2(p_uid text, p_session uuid, p_lifecycle text) RETURNS int
 LANGUAGE plpgsql AS $$
 BEGIN
-  UPDATE queue_workers SET lifecycle = p_lifecycle, last_heartbeat_at = now()
+  UPDATE queue_workers SET lifecycle = p_lifecycle, last_heartbeat_at = now(),
+                           left_at = CASE WHEN p_lifecycle = 'offline' THEN now() ELSE left_at END
    WHERE uid = p_uid AND current_session_id = p_session;
   IF NOT FOUND THEN
     RETURN NULL;
