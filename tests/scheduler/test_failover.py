@@ -240,7 +240,9 @@ def test_manual_redispatch_is_counted_and_keeps_the_dispatch_timeout(make_worker
     assert moved()["manual"] == 1
 
 
-def test_a_job_left_behind_by_a_worker_that_went_offline_on_purpose_moves_as_drained(make_worker_row, enqueue):
+def test_a_job_left_behind_by_a_worker_that_went_offline_on_purpose_moves_as_drained(
+    make_worker_row, enqueue
+):
     uid, session = make_worker_row("leaver")
     job = with_local_work((uid, session), enqueue)
     stage = claim((uid, session))
@@ -251,7 +253,7 @@ def test_a_job_left_behind_by_a_worker_that_went_offline_on_purpose_moves_as_dra
     # The worker left on purpose: it is not coming back for its local work, and its heartbeat is
     # fresh (it said offline just now), so neither lost rule applies; the job moves as drained.
     (release,) = repository.release_jobs(LOST, DELAY)
-    assert (release.cause, release.execution_id) == ("drained", 2)
+    assert (release.job_id, release.cause, release.execution_id) == (job, "drained", 2)
     # A restart of the same uid is a new registration: from then on the worker is judged afresh.
     make_worker_row("leaver")
     assert one("SELECT left_at FROM queue_workers WHERE uid = 'leaver'") is None
