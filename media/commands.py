@@ -345,6 +345,91 @@ class Segment:
     has_audio: bool = True
 
 
+def _stereo(chain_end: str) -> str:
+    """The audio every composition encodes: resampled to AUDIO_RATE, float planar stereo."""
+    return f"aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,{chain_end}"
+
+
+def _graph_output(
+    chains: list[str],
+    dst: Path,
+    *,
+    encoding: VideoEncoding,
+    with_audio: bool,
+    audio_kbps: int,
+    length: float | None = None,
+) -> list[str]:
+    """Everything after the inputs: the filter graph, its [v] (and [a]) outputs, the encoders, the MP4."""
+    argv = ["-filter_complex", ";".join(chains), "-map", "[v]"]
+    if with_audio:
+        argv += ["-map", "[a]"]
+    if length is not None:
+        argv += ["-t", _num(length)]
+    argv += encoding.output_args()
+    argv += audio_args(audio_kbps) if with_audio else ["-an"]
+    return argv + ["-movflags", "+faststart", "-f", "mp4", _path(dst)]
+
+
+def _segment_inputs(segments: list[Segment]) -> list[str]:
+    argv: list[str] = []
+    for seg in segments:
+        if seg.start:
+            argv += ["-ss", _num(seg.start)]
+        argv += ["-t", _num(seg.duration), "-i", _path(seg.path)]
+    return argv
+
+
+def _silence_inputs(segments: list[Segment]) -> tuple[list[str], dict[int, int]]:
+    """A generated-silence input of its length for each segment without audio, numbered after the
+    segments' own inputs: (the input arguments, {segment index: input index})."""
+    argv: list[str] = []
+    index: dict[int, int] = {}
+    for i, seg in enumerate(segments):
+        if not seg.has_audio:
+            argv += [
+                "-f",
+                "lavfi",
+                "-t",
+                _num(seg.duration),
+                "-i",
+                f"anullsrc=channel_layout=stereo:sample_rate={AUDIO_RATE}",
+            ]
+            index[i] = len(segments) + len(index)
+    return argv, index
+
+
+def _concat_chains(
+    segments: list[Segment],
+    *,
+    width: int,
+    height: int,
+    fps: int,
+    encoding: VideoEncoding,
+    audio_from: dict[int, int] | None,
+) -> list[str]:
+    """One video chain per segment (letterboxed, at `fps`) and, when `audio_from` is given, one audio
+    chain per segment (from the segment or its silence, cut to its length), then the concat."""
+    chains = []
+    pads = []
+    for i, seg in enumerate(segments):
+        chains.append(f"[{i}:v]{_fit_box(width, height)},fps={int(fps)},format=yuv420p[v{i}]")
+        pads.append(f"[v{i}]")
+        if audio_from is not None:
+            dur = _num(seg.duration)
+            chains.append(
+                f"[{audio_from.get(i, i)}:a]" + _stereo(f"apad=whole_dur={dur},atrim=end={dur}[a{i}]")
+            )
+            pads.append(f"[a{i}]")
+    with_audio = audio_from is not None
+    chains.append(
+        "".join(pads)
+        + f"concat=n={len(segments)}:v=1:a={1 if with_audio else 0}[cv]"
+        + ("[a]" if with_audio else "")
+    )
+    chains.append(f"[cv]{encoding.filter_tail()}[v]")
+    return chains
+
+
 def concat(
     segments: list[Segment],
     dst: Path,
@@ -365,50 +450,15 @@ def concat(
     if not segments:
         raise ValueError("concat needs at least one segment")
     any_audio = any(s.has_audio for s in segments)
-    argv = base_args(ffmpeg) + encoding.pre_input_args()
-    for seg in segments:
-        if seg.start:
-            argv += ["-ss", _num(seg.start)]
-        argv += ["-t", _num(seg.duration), "-i", _path(seg.path)]
-    silence_index: dict[int, int] = {}
-    next_input = len(segments)
+    argv = base_args(ffmpeg) + encoding.pre_input_args() + _segment_inputs(segments)
+    audio_from = None
     if any_audio:
-        for i, seg in enumerate(segments):
-            if not seg.has_audio:
-                argv += [
-                    "-f",
-                    "lavfi",
-                    "-t",
-                    _num(seg.duration),
-                    "-i",
-                    f"anullsrc=channel_layout=stereo:sample_rate={AUDIO_RATE}",
-                ]
-                silence_index[i] = next_input
-                next_input += 1
-    chains = []
-    pads = []
-    for i, seg in enumerate(segments):
-        chains.append(f"[{i}:v]{_fit_box(width, height)},fps={int(fps)},format=yuv420p[v{i}]")
-        pads.append(f"[v{i}]")
-        if any_audio:
-            source = silence_index.get(i, i)
-            dur = _num(seg.duration)
-            chains.append(
-                f"[{source}:a]aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,"
-                f"apad=whole_dur={dur},atrim=end={dur}[a{i}]"
-            )
-            pads.append(f"[a{i}]")
-    n = len(segments)
-    chains.append(
-        "".join(pads) + f"concat=n={n}:v=1:a={1 if any_audio else 0}[cv]" + ("[a]" if any_audio else "")
+        silence, audio_from = _silence_inputs(segments)
+        argv += silence
+    chains = _concat_chains(
+        segments, width=width, height=height, fps=fps, encoding=encoding, audio_from=audio_from
     )
-    chains.append(f"[cv]{encoding.filter_tail()}[v]")
-    argv += ["-filter_complex", ";".join(chains), "-map", "[v]"]
-    if any_audio:
-        argv += ["-map", "[a]"]
-    argv += encoding.output_args()
-    argv += audio_args(audio_kbps) if any_audio else ["-an"]
-    return argv + ["-movflags", "+faststart", "-f", "mp4", _path(dst)]
+    return argv + _graph_output(chains, dst, encoding=encoding, with_audio=any_audio, audio_kbps=audio_kbps)
 
 
 @dataclass(frozen=True)
@@ -425,6 +475,50 @@ def grid_layout(count: int, columns: int, cell_width: int, cell_height: int) -> 
         row, col = divmod(i, columns)
         cells.append(f"{col * int(cell_width)}_{row * int(cell_height)}")
     return "|".join(cells)
+
+
+def _grid_video_chains(
+    count: int,
+    *,
+    columns: int,
+    cell_width: int,
+    cell_height: int,
+    fps: int,
+    encoding: VideoEncoding,
+    duration: str,
+) -> list[str]:
+    """One chain per input, scaled into its cell (frozen on its last frame for "longest"), then
+    xstack into the grid (a single input needs no xstack)."""
+    chains = []
+    for i in range(count):
+        chain = f"[{i}:v]{_fit_box(cell_width, cell_height)},fps={int(fps)}"
+        if duration == "longest":
+            chain += ",tpad=stop_mode=clone:stop=-1"
+        chains.append(chain + f"[v{i}]")
+    if count == 1:
+        chains.append(f"[v0]{encoding.filter_tail()}[v]")
+    else:
+        layout = grid_layout(count, columns, cell_width, cell_height)
+        chains.append(
+            "".join(f"[v{i}]" for i in range(count))
+            + f"xstack=inputs={count}:layout={layout}:fill=black:shortest=1,"
+            f"{encoding.filter_tail()}[v]"
+        )
+    return chains
+
+
+def _grid_audio_chain(inputs: list[GridInput], audio: str) -> str | None:
+    """The [a] chain for the audio mode ("mix", "first", "none"), or None when there is no audio."""
+    sources = [i for i, item in enumerate(inputs) if item.has_audio]
+    if audio == "none" or not sources:
+        return None
+    if audio == "first" or len(sources) == 1:
+        return f"[{sources[0]}:a]" + _stereo("apad[a]")
+    return (
+        "".join(f"[{i}:a]" for i in sources)
+        + f"amix=inputs={len(sources)}:duration=longest:normalize=1,"
+        + _stereo("apad[a]")
+    )
 
 
 def grid(
@@ -456,42 +550,27 @@ def grid(
     argv = base_args(ffmpeg) + encoding.pre_input_args()
     for item in inputs:
         argv += ["-i", _path(item.path)]
-    chains = []
-    for i in range(len(inputs)):
-        chain = f"[{i}:v]{_fit_box(cell_width, cell_height)},fps={int(fps)}"
-        if duration == "longest":
-            chain += ",tpad=stop_mode=clone:stop=-1"
-        chains.append(chain + f"[v{i}]")
-    if len(inputs) == 1:
-        chains.append(f"[v0]{encoding.filter_tail()}[v]")
-    else:
-        layout = grid_layout(len(inputs), columns, cell_width, cell_height)
-        chains.append(
-            "".join(f"[v{i}]" for i in range(len(inputs)))
-            + f"xstack=inputs={len(inputs)}:layout={layout}:fill=black:shortest=1,"
-            f"{encoding.filter_tail()}[v]"
-        )
-    audio_sources = [i for i, item in enumerate(inputs) if item.has_audio]
-    with_audio = audio != "none" and bool(audio_sources)
-    if with_audio:
-        if audio == "first" or len(audio_sources) == 1:
-            chains.append(
-                f"[{audio_sources[0]}:a]aresample={AUDIO_RATE},"
-                f"aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]"
-            )
-        else:
-            chains.append(
-                "".join(f"[{i}:a]" for i in audio_sources)
-                + f"amix=inputs={len(audio_sources)}:duration=longest:normalize=1,"
-                f"aresample={AUDIO_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo,apad[a]"
-            )
-    argv += ["-filter_complex", ";".join(chains), "-map", "[v]"]
-    if with_audio:
-        argv += ["-map", "[a]"]
+    chains = _grid_video_chains(
+        len(inputs),
+        columns=columns,
+        cell_width=cell_width,
+        cell_height=cell_height,
+        fps=fps,
+        encoding=encoding,
+        duration=duration,
+    )
+    audio_chain = _grid_audio_chain(inputs, audio)
+    if audio_chain is not None:
+        chains.append(audio_chain)
     # An explicit length makes "longest" (infinite tpad, padded audio) end where it should.
-    argv += ["-t", _num(total)] + encoding.output_args()
-    argv += audio_args(audio_kbps) if with_audio else ["-an"]
-    return argv + ["-movflags", "+faststart", "-f", "mp4", _path(dst)]
+    return argv + _graph_output(
+        chains,
+        dst,
+        encoding=encoding,
+        with_audio=audio_chain is not None,
+        audio_kbps=audio_kbps,
+        length=total,
+    )
 
 
 # --- measurements ------------------------------------------------------------------------------
