@@ -311,6 +311,75 @@ class ResourceChoice:
         return asdict(self)
 
 
+def _resource_errors(hardware: str, override_category: str | None, override_vram: int | None) -> list[dict]:
+    errors = []
+    if hardware not in HARDWARE_CHOICES:
+        errors.append({"field": "hardware", "message": f"must be one of {', '.join(HARDWARE_CHOICES)}"})
+    if override_category is not None and override_category not in RESOURCE_CATEGORIES:
+        errors.append(
+            {"field": "resource_category", "message": f"must be one of {', '.join(RESOURCE_CATEGORIES)}"}
+        )
+    if override_vram is not None and (
+        isinstance(override_vram, bool)
+        or not isinstance(override_vram, int)
+        or not 0 <= override_vram <= MAX_VRAM_MB
+    ):
+        errors.append({"field": "vram_mb", "message": f"must be an integer between 0 and {MAX_VRAM_MB}"})
+    if override_category == "cpu" and override_vram:
+        errors.append({"field": "vram_mb", "message": "must be 0 (or omitted) when resource_category is cpu"})
+    return errors
+
+
+def _overridden_resource(
+    jt: JobType, category: str, override_vram: int | None, hw_encoder: str | None, cpu_encoder: str | None
+) -> ResourceChoice:
+    """An explicit resource_category: its VRAM is the override, else the type's (its own category)
+    or the category's default."""
+    if category == "cpu":
+        return ResourceChoice("cpu", 0, False, cpu_encoder, "resource_category override: cpu")
+    if override_vram is not None:
+        vram = override_vram
+    elif category == jt.resource_category:
+        vram = jt.vram_mb
+    else:
+        vram = CATEGORY_DEFAULT_VRAM[category]
+    encoder = (hw_encoder or cpu_encoder) if jt.gpu_path else cpu_encoder
+    return ResourceChoice(category, vram, True, encoder, f"resource_category override: {category}")
+
+
+def _resource_for_hardware(
+    jt: JobType,
+    hardware: str,
+    override_vram: int | None,
+    hw_encoder: str | None,
+    cpu_encoder: str | None,
+    worker_catalog: dict[str, Any] | None,
+) -> ResourceChoice:
+    """No override: what `hardware` (and the worker's catalog, in the dispatch stage) choose."""
+
+    def gpu_default(reason: str) -> ResourceChoice:
+        vram = override_vram if override_vram is not None else jt.vram_mb
+        return ResourceChoice(jt.resource_category, vram, True, hw_encoder or cpu_encoder, reason)
+
+    if not jt.gpu_path or jt.resource_category == "cpu":
+        return ResourceChoice("cpu", 0, False, cpu_encoder, f"{jt.name} runs on FFmpeg filters/CPU only")
+    if hardware == "cpu":
+        return ResourceChoice("cpu", 0, False, cpu_encoder, "hardware=cpu")
+    if hardware == "gpu":
+        if worker_catalog is not None and hw_encoder is None:
+            return gpu_default(
+                "hardware=gpu, but this worker's FFmpeg has no confirmed H.264 hardware encoder; "
+                "encoding with libx264 on the GPU reservation"
+            )
+        return gpu_default("hardware=gpu")
+    # auto
+    if worker_catalog is None:
+        return ResourceChoice("cpu", 0, False, None, "hardware=auto: decided by the dispatching worker")
+    if hw_encoder is not None:
+        return gpu_default(f"hardware=auto: worker has {hw_encoder}")
+    return ResourceChoice("cpu", 0, False, cpu_encoder, "hardware=auto: no hardware encoder on this worker")
+
+
 def resolve_resource(
     job_type: str,
     hardware: str = "auto",
@@ -333,59 +402,11 @@ def resolve_resource(
     Raises ParamsError naming `hardware`, `resource_category` or `vram_mb` for invalid values.
     """
     jt = get_job_type(job_type)
-    errors = []
-    if hardware not in HARDWARE_CHOICES:
-        errors.append({"field": "hardware", "message": f"must be one of {', '.join(HARDWARE_CHOICES)}"})
-    if override_category is not None and override_category not in RESOURCE_CATEGORIES:
-        errors.append(
-            {"field": "resource_category", "message": f"must be one of {', '.join(RESOURCE_CATEGORIES)}"}
-        )
-    if override_vram is not None and (
-        isinstance(override_vram, bool)
-        or not isinstance(override_vram, int)
-        or not 0 <= override_vram <= MAX_VRAM_MB
-    ):
-        errors.append({"field": "vram_mb", "message": f"must be an integer between 0 and {MAX_VRAM_MB}"})
-    if override_category == "cpu" and override_vram:
-        errors.append({"field": "vram_mb", "message": "must be 0 (or omitted) when resource_category is cpu"})
+    errors = _resource_errors(hardware, override_category, override_vram)
     if errors:
         raise ParamsError(errors)
-
     hw_encoder = preferred_h264_hardware_encoder(worker_catalog) if worker_catalog is not None else None
     cpu_encoder = "libx264" if worker_catalog is not None else None
-
     if override_category is not None:
-        if override_category == "cpu":
-            return ResourceChoice("cpu", 0, False, cpu_encoder, "resource_category override: cpu")
-        if override_vram is not None:
-            vram = override_vram
-        elif override_category == jt.resource_category:
-            vram = jt.vram_mb
-        else:
-            vram = CATEGORY_DEFAULT_VRAM[override_category]
-        encoder = (hw_encoder or cpu_encoder) if jt.gpu_path else cpu_encoder
-        return ResourceChoice(
-            override_category, vram, True, encoder, f"resource_category override: {override_category}"
-        )
-
-    def gpu_default(reason: str) -> ResourceChoice:
-        vram = override_vram if override_vram is not None else jt.vram_mb
-        return ResourceChoice(jt.resource_category, vram, True, hw_encoder or cpu_encoder, reason)
-
-    if not jt.gpu_path or jt.resource_category == "cpu":
-        return ResourceChoice("cpu", 0, False, cpu_encoder, f"{job_type} runs on FFmpeg filters/CPU only")
-    if hardware == "cpu":
-        return ResourceChoice("cpu", 0, False, cpu_encoder, "hardware=cpu")
-    if hardware == "gpu":
-        if worker_catalog is not None and hw_encoder is None:
-            return gpu_default(
-                "hardware=gpu, but this worker's FFmpeg has no confirmed H.264 hardware encoder; "
-                "encoding with libx264 on the GPU reservation"
-            )
-        return gpu_default("hardware=gpu")
-    # auto
-    if worker_catalog is None:
-        return ResourceChoice("cpu", 0, False, None, "hardware=auto: decided by the dispatching worker")
-    if hw_encoder is not None:
-        return gpu_default(f"hardware=auto: worker has {hw_encoder}")
-    return ResourceChoice("cpu", 0, False, cpu_encoder, "hardware=auto: no hardware encoder on this worker")
+        return _overridden_resource(jt, override_category, override_vram, hw_encoder, cpu_encoder)
+    return _resource_for_hardware(jt, hardware, override_vram, hw_encoder, cpu_encoder, worker_catalog)
