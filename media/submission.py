@@ -126,48 +126,47 @@ def _text(payload: Mapping[str, Any], name: str, max_length: int, errors) -> str
     return value
 
 
-def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) -> repository.NewJob:
-    """Validate a job request and turn it into the repository's NewJob. Raises ValidationError.
-
-    The targeted worker is checked here too (unknown, stale or draining → an error on
-    `required_worker_uid`); the enqueue function checks it again under its own transaction.
-    """
-    errors: list[dict[str, str]] = []
-    unknown = sorted(set(payload) - set(FIELDS))
-    for name in unknown:
+def _unknown_fields(payload: Mapping[str, Any], errors) -> None:
+    for name in sorted(set(payload) - set(FIELDS)):
         errors.append({"field": str(name), "message": "unknown field"})
 
+
+def _job_type(payload: Mapping[str, Any], errors) -> jobtypes.JobType | None:
     job_type = payload.get("type")
-    jt = None
     if not isinstance(job_type, str) or not job_type:
         errors.append(
             {"field": "type", "message": "is required: one of " + ", ".join(sorted(jobtypes.JOB_TYPES))}
         )
-    else:
-        try:
-            jt = jobtypes.get_job_type(job_type)
-        except jobtypes.ParamsError as exc:
-            errors.extend(exc.errors)
+        return None
+    try:
+        return jobtypes.get_job_type(job_type)
+    except jobtypes.ParamsError as exc:
+        errors.extend(exc.errors)
+        return None
 
+
+def _params(payload: Mapping[str, Any], jt: jobtypes.JobType | None, errors) -> dict[str, Any]:
+    """The type's normalised params ({} until the type and the JSON are valid)."""
     params = payload.get("params")
     if params is None:
         params = {}
-    normalized: dict[str, Any] = {}
     if not isinstance(params, Mapping):
         errors.append({"field": "params", "message": "must be a JSON object"})
-    else:
-        problem = _json_problem(params)
-        if problem:
-            errors.append({"field": "params", "message": problem})
-        elif jt is not None:
-            try:
-                normalized = jobtypes.validate_params(jt.name, dict(params))
-            except jobtypes.ParamsError as exc:
-                errors.extend(exc.errors)
+        return {}
+    problem = _json_problem(params)
+    if problem:
+        errors.append({"field": "params", "message": problem})
+    elif jt is not None:
+        try:
+            return jobtypes.validate_params(jt.name, dict(params))
+        except jobtypes.ParamsError as exc:
+            errors.extend(exc.errors)
+    return {}
 
-    priority = _int(payload, "priority", 0, PRIORITY_RANGE, errors)
-    max_attempts = _int(payload, "max_attempts", 4, MAX_ATTEMPTS_RANGE, errors)
 
+def _resource_request(payload: Mapping[str, Any], errors) -> tuple[Any, Any, Any]:
+    """(hardware, resource_category, vram_mb) as asked; None for a bad hardware and False for a bad
+    category or VRAM (each reported here, so the resource check skips them)."""
     hardware = payload.get("hardware") or "auto"
     if hardware not in HARDWARE_CHOICES:
         errors.append({"field": "hardware", "message": "must be one of " + ", ".join(HARDWARE_CHOICES)})
@@ -177,41 +176,72 @@ def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) 
         errors.append(
             {"field": "resource_category", "message": "must be one of " + ", ".join(RESOURCE_CATEGORIES)}
         )
-        category = False  # reported; skip the resource check below
+        category = False
     vram_mb = payload.get("vram_mb")
     if vram_mb is not None and (
         isinstance(vram_mb, bool) or not isinstance(vram_mb, int) or not 0 <= vram_mb <= MAX_VRAM_MB
     ):
         errors.append({"field": "vram_mb", "message": f"must be an integer from 0 to {MAX_VRAM_MB}"})
         vram_mb = False
+    return hardware, category, vram_mb
 
-    choice = None
-    if jt is not None and hardware is not None and category is not False and vram_mb is not False:
-        try:
-            choice = jobtypes.resolve_resource(jt.name, hardware, category, vram_mb)
-        except jobtypes.ParamsError as exc:
-            errors.extend(exc.errors)
 
-    stale = settings.JETENCODE["STALE_WORKER_SECONDS"]
+def _resource_choice(
+    jt: jobtypes.JobType | None, hardware, category, vram_mb, errors
+) -> jobtypes.ResourceChoice | None:
+    if jt is None or hardware is None or category is False or vram_mb is False:
+        return None
+    try:
+        return jobtypes.resolve_resource(jt.name, hardware, category, vram_mb)
+    except jobtypes.ParamsError as exc:
+        errors.extend(exc.errors)
+        return None
+
+
+def _required_worker(payload: Mapping[str, Any], errors) -> str | None:
     worker_uid = _text(payload, "required_worker_uid", MAX_WORKER_UID_LENGTH, errors)
     if worker_uid is not None:
-        refusal = repository.target_refusal(worker_uid, stale_seconds=stale)
+        refusal = repository.target_refusal(
+            worker_uid, stale_seconds=settings.JETENCODE["STALE_WORKER_SECONDS"]
+        )
         if refusal:
             errors.append({"field": "required_worker_uid", "message": f"{refusal}: {worker_uid}"})
+    return worker_uid
 
+
+def _webhook_url(payload: Mapping[str, Any], errors) -> str | None:
     webhook_url = _text(payload, "webhook_url", MAX_WEBHOOK_URL_LENGTH, errors)
     if webhook_url is not None:
         try:
             webhooks.check_url(webhook_url)
         except webhooks.UnsafeWebhookURL as exc:
             errors.append({"field": "webhook_url", "message": str(exc)})
+    return webhook_url
 
+
+def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) -> repository.NewJob:
+    """Validate a job request and turn it into the repository's NewJob. Raises ValidationError.
+
+    Each field's check appends its problems to one list, so the caller hears of every bad field at
+    once. The targeted worker is checked here too (unknown, stale or draining → an error on
+    `required_worker_uid`); the enqueue function checks it again under its own transaction.
+    """
+    errors: list[dict[str, str]] = []
+    _unknown_fields(payload, errors)
+    jt = _job_type(payload, errors)
+    params = _params(payload, jt, errors)
+    priority = _int(payload, "priority", 0, PRIORITY_RANGE, errors)
+    max_attempts = _int(payload, "max_attempts", 4, MAX_ATTEMPTS_RANGE, errors)
+    hardware, category, vram_mb = _resource_request(payload, errors)
+    choice = _resource_choice(jt, hardware, category, vram_mb, errors)
+    worker_uid = _required_worker(payload, errors)
+    webhook_url = _webhook_url(payload, errors)
     if errors:
         raise ValidationError(errors)
     assert jt is not None and choice is not None
     return repository.NewJob(
         job_type=jt.name,
-        params=normalized,
+        params=params,
         priority=priority,
         max_attempts=max_attempts,
         webhook_url=webhook_url,
