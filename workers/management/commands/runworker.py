@@ -46,6 +46,17 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        self.configure_connections()
+        timing, requested = self.checked_options(options)
+        worker, cpus, gpus = self.make_worker(timing, **requested)
+        self.announce(worker, cpus, gpus)
+        code = worker.run()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if code:
+            sys.exit(code)
+
+    def configure_connections(self) -> None:
         # Django's health check pings the server before each unit of work ("SELECT 1" per claim);
         # the worker already reconnects on any database error, so its connections go without.
         from django.db import connections
@@ -59,25 +70,37 @@ class Command(BaseCommand):
             db_options = connections.settings["default"].setdefault("OPTIONS", {})
             db_options["server_side_binding"] = True
             db_options["prepare_threshold"] = 5
+
+    def checked_options(self, options) -> tuple[Timing, dict]:
+        """The timing settings and the command line, checked before anything is probed or started
+        (exit status 2 for a bad value). Options left out are None: the machine decides them."""
         try:
             timing = Timing.from_settings(settings.JETENCODE)
             timing.validate()
-            uid = check_uid(options["uid"] if options["uid"] is not None else default_uid())
-            concurrency = (
-                parse_positive_int(options["concurrency"], "--concurrency", maximum=MAX_CONCURRENCY)
-                if options["concurrency"] is not None
-                else None
-            )
-            categories = parse_categories(options["categories"]) if options["categories"] is not None else {}
-            vram = (
-                parse_positive_int(options["vram_mb"], "--vram-mb", minimum=0, maximum=MAX_WORKER_VRAM_MB)
-                if options["vram_mb"] is not None
-                else None
-            )
-            workspace = prepare_workspace(options["workspace"] or settings.WORKSPACE_ROOT_DIR)
+            requested = {
+                "uid": check_uid(options["uid"] if options["uid"] is not None else default_uid()),
+                "concurrency": (
+                    parse_positive_int(options["concurrency"], "--concurrency", maximum=MAX_CONCURRENCY)
+                    if options["concurrency"] is not None
+                    else None
+                ),
+                "categories": (
+                    parse_categories(options["categories"]) if options["categories"] is not None else {}
+                ),
+                "vram": (
+                    parse_positive_int(options["vram_mb"], "--vram-mb", minimum=0, maximum=MAX_WORKER_VRAM_MB)
+                    if options["vram_mb"] is not None
+                    else None
+                ),
+                "workspace": prepare_workspace(options["workspace"] or settings.WORKSPACE_ROOT_DIR),
+            }
         except ConfigError as exc:
             raise CommandError(str(exc), returncode=2) from None
+        return timing, requested
 
+    def make_worker(self, timing: Timing, *, uid, concurrency, categories, vram, workspace):
+        """The Worker, with what the machine has filling in what the command line left out: slots
+        (the CPU count), category limits and VRAM (the GPUs), and the catalog it registers."""
         from workers import capabilities
         from workers.runtime import Worker, load_stage_modules
 
@@ -95,17 +118,18 @@ class Command(BaseCommand):
             "gpus": [{"name": n, "vram_mb": m} for n, m in zip(gpus.names, gpus.vram_mb, strict=True)],
         }
         try:
-            task_types = load_stage_modules()
+            catalog["task_types"] = load_stage_modules()
         except Exception as exc:
             raise CommandError(f"cannot load stage modules: {exc}", returncode=2) from None
-        catalog["task_types"] = task_types
-
         worker = Worker(
             WorkerOptions(uid, concurrency, limits, vram, workspace),
             timing,
             catalog,
             stderr=lambda text: self.stderr.write(text),
         )
+        return worker, cpus, gpus
+
+    def announce(self, worker, cpus: int, gpus) -> None:
         for line in worker.describe():
             self.stdout.write(line)
         self.stdout.write(
@@ -118,8 +142,3 @@ class Command(BaseCommand):
         )
         self.stdout.flush()
         sys.stdout.flush()
-        code = worker.run()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if code:
-            sys.exit(code)
