@@ -22,3 +22,6 @@ _db["TEST"]["NAME"] = envstr("JETENCODE_TEST_DATABASE_NAME") or f"test_{_db['NAM
 if not envstr("JETENCODE_APPLICATION_NAME"):
     _db["OPTIONS"]["application_name"] = "jetencode-tests"
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+# The suite's users are the cast of tests/kit/personas.py; PBKDF2 at full strength would cost a
+# second per persona, and no test is about password hashing.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

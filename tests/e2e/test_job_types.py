@@ -33,7 +33,7 @@ from media.probe import MediaInfo, is_faststart, probe
 from media.submission import create_job
 from scheduler.models import JobOutput
 from tests.e2e.e2ekit import WEBHOOK_SECRET, Clips, Launcher, Roots, ffmpeg_processes
-from tests.media.receiver import Receiver
+from tests.kit.web import Receiver
 from tests.worker.workerkit import one, sql, wait_for
 
 # No django_db marker on these tests: they read the record the module fixture took (the fixture

@@ -1,7 +1,15 @@
-"""Test-only stage handlers, loaded by worker processes through JETENCODE_EXTRA_STAGE_MODULES.
+"""Stage handlers that exist only for tests, loaded by every test worker process by path
+(JETENCODE_EXTRA_STAGE_MODULES, set by tests/kit/workers.py). They import only the product.
 
 The job type is the dispatch task's type, so `enqueue("test.subprocess", {...})` runs
 `run_subprocess` with the job's params.
+
+- test.subprocess, test.publish, test.crash, test.fanout, test.leaf: the worker tests' stages;
+- farm_encode: the multi-host test's (tests/deploy/test_multihost.py): a real FFmpeg for a
+  predictable wall-clock time (`-re` reads a generated test pattern at its native rate), progress
+  from `-progress pipe:1`, the encoded file published and one `noop` child. The job's `marker`
+  param appears in FFmpeg's argv so the test can find the process with psutil and tell whose it is
+  by its parent pid.
 """
 
 from __future__ import annotations
@@ -9,7 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from workers.stages.base import ChildSpec, PermanentFailure, PublishSpec, stage
+from media.ffmpeg import ffmpeg_path
+from workers.stages.base import ChildSpec, PermanentFailure, PublishSpec, StageContext, stage
 
 # A child that starts a grandchild in its own process group (so only a group kill reaches it),
 # prints both pids, then ticks on stdout (or stays silent, to trip the stall watchdog).
@@ -103,3 +112,49 @@ def leaf(ctx) -> dict:
     path.write_text(f"leaf {index} of execution {ctx.execution_id}\n")
     ctx.publish_file(PublishSpec(source=path, name=f"leaf-{index}.txt", kind="data"))
     return {"index": index}
+
+
+FARM_OUTPUT_NAME = "farm.mp4"
+
+
+@stage("farm_encode")
+def farm_encode(ctx: StageContext) -> dict:
+    seconds = float(ctx.job_params.get("seconds", 20))
+    marker = str(ctx.job_params["marker"])
+    partial = ctx.workspace / f"{FARM_OUTPUT_NAME}.partial"
+    argv = [
+        ffmpeg_path(),
+        "-nostdin",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-re",
+        "-f",
+        "lavfi",
+        "-i",
+        f"testsrc2=size=64x36:rate=10:duration={seconds:g}",
+        "-metadata",
+        f"comment={marker}",
+        "-c:v",
+        "mpeg4",
+        "-f",
+        "mp4",
+        "-progress",
+        "pipe:1",
+        str(partial),
+    ]
+
+    def on_line(line: str) -> None:
+        key, _, value = line.partition("=")
+        if key == "out_time_us" and value.strip().isdigit():
+            ctx.progress(min(99.0, int(value) / 1e6 / seconds * 100))
+
+    done = ctx.run(argv, on_stdout_line=on_line, stall_seconds=30)
+    if done.returncode != 0:
+        raise RuntimeError(f"ffmpeg exited {done.returncode}: {done.stderr[-500:]}")
+    final = partial.with_name(FARM_OUTPUT_NAME)
+    partial.rename(final)
+    ctx.publish_file(PublishSpec(final, FARM_OUTPUT_NAME, kind="video"))
+    ctx.spawn_child(ChildSpec("noop", {"seconds": 0}))
+    return {"seconds": seconds}

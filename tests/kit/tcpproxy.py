@@ -21,6 +21,8 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 Target = tuple[str, int] | str
 
@@ -200,3 +202,20 @@ class TcpProxy:
                 except OSError:
                     pass
                 sock.close()
+
+
+def proxy_target(database_url: str) -> Target:
+    """Where the server named by a DATABASE_URL listens: (host, port), or a Unix socket path."""
+    parts = urlsplit(database_url)
+    socket_dir = parse_qs(parts.query).get("host", [None])[0]
+    if socket_dir:  # the embedded server: postgresql://user@/name?host=/dir
+        return str(Path(socket_dir) / f".s.PGSQL.{parts.port or 5432}")
+    return (parts.hostname or "127.0.0.1", parts.port or 5432)
+
+
+def via_proxy(database_url: str, proxy: TcpProxy) -> str:
+    """The same URL (user, password, database) reached through `proxy` over TCP."""
+    parts = urlsplit(database_url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{proxy.host}:{proxy.port}" if userinfo else f"{proxy.host}:{proxy.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -1,39 +1,19 @@
-"""Fixtures for the media tests: tiny generated clips and a private media/output/workspace root.
+"""Fixtures for the media tests: tiny generated clips, private media/output/workspace roots, and a
+worker in this process for the handler tests.
 
-Clips are generated once per session with lavfi (`testsrc2` + `sine`), all FFmpeg runs in
-parallel, 2-3 seconds at 320x180 so the whole folder stays fast on two cores.
+Clips are generated once per session (tests/kit/media.py), plus one stored 320x180 with a 90°
+display matrix (displayed portrait).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from media import commands
 from media.ffmpeg import ffmpeg_path
-
-CLIPS = {
-    # name: synthetic_clip kwargs
-    "landscape.mp4": {"width": 320, "height": 180, "seconds": 3.0, "audio": True},
-    "portrait.mp4": {"width": 180, "height": 320, "seconds": 2.0, "audio": True},
-    "silent.mp4": {"width": 320, "height": 180, "seconds": 2.0, "audio": False},
-    "scenes.mp4": {"width": 320, "height": 180, "seconds": 3.0, "audio": True, "scenes": True},
-}
-
-
-@dataclass(frozen=True)
-class Clips:
-    dir: Path
-    landscape: Path
-    portrait: Path
-    silent: Path
-    scenes: Path
-    rotated: Path  # stored 320x180 with a 90° display matrix: displayed portrait
+from tests.kit.media import CLIPS, Clips, MediaRoots, generate_clips
+from tests.kit.workers import InProcessWorker
 
 
 @pytest.fixture(scope="session")
@@ -43,19 +23,9 @@ def ffmpeg() -> str:
 
 @pytest.fixture(scope="session")
 def clips(tmp_path_factory, ffmpeg) -> Clips:
+    """landscape, portrait, silent, scenes (three distinct scenes, a loud middle) and rotated."""
     out = tmp_path_factory.mktemp("clips")
-    procs = [
-        subprocess.Popen(
-            commands.synthetic_clip(out / name, ffmpeg=ffmpeg, **kwargs),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for name, kwargs in CLIPS.items()
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err.decode(errors="replace")
+    generate_clips(out, CLIPS, timeout=60)
     subprocess.run(
         [
             ffmpeg,
@@ -75,48 +45,23 @@ def clips(tmp_path_factory, ffmpeg) -> Clips:
         check=True,
         timeout=60,
     )
-    return Clips(
-        out,
-        out / "landscape.mp4",
-        out / "portrait.mp4",
-        out / "silent.mp4",
-        out / "scenes.mp4",
-        out / "rotated.mp4",
-    )
-
-
-@dataclass(frozen=True)
-class MediaEnv:
-    media_root: Path
-    output_root: Path
-    workspace_root: Path
-    clips: Clips
-
-    def add(self, clip: Path, rel: str) -> str:
-        """Put a clip into the media root at `rel` (a hard link: instant, and independent names)."""
-        dest = self.media_root / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(clip, dest)
-        except OSError:
-            shutil.copyfile(clip, dest)
-        return rel
-
-    def workspace(self, name: str = "ws") -> Path:
-        path = self.workspace_root / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    return Clips(out)
 
 
 @pytest.fixture
-def media_env(tmp_path, settings, clips) -> MediaEnv:
+def roots(tmp_path, settings) -> MediaRoots:
     """Private roots for one test, set in Django settings (what the media code reads)."""
-    env = MediaEnv(tmp_path / "media", tmp_path / "outputs", tmp_path / "workspace", clips)
-    for root in (env.media_root, env.output_root, env.workspace_root):
-        root.mkdir()
-    settings.MEDIA_ROOT_DIR = env.media_root.resolve()
-    settings.OUTPUT_ROOT_DIR = env.output_root.resolve()
-    settings.WORKSPACE_ROOT_DIR = env.workspace_root.resolve()
+    roots = MediaRoots.under(tmp_path)
+    settings.MEDIA_ROOT_DIR = roots.media
+    settings.OUTPUT_ROOT_DIR = roots.outputs
+    settings.WORKSPACE_ROOT_DIR = roots.workspace
     settings.S3_BUCKET = ""
     settings.JETENCODE = {**settings.JETENCODE, "STALL_SECONDS": 30.0, "WEBHOOK_ALLOW_PRIVATE": False}
-    return env
+    return roots
+
+
+@pytest.fixture
+def local_worker(db, roots) -> InProcessWorker:
+    """A worker in this process (tests/kit/workers.py): stages claimed from the test database and run
+    through the runtime's own RunContext, subprocess runner and fenced conclusion."""
+    return InProcessWorker(workspace_root=roots.workspace)

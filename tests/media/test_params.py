@@ -34,10 +34,10 @@ NVENC = {"encoders": ["libx264", "h264_nvenc"], "hardware_encoders": ["h264_nven
 CPU_ONLY = {"encoders": ["libx264", "h264_v4l2m2m"], "hardware_encoders": []}
 
 
-def minimal(job_type: str, media_env) -> dict:
+def minimal(job_type: str, roots, clips) -> dict:
     """The smallest valid params for each type."""
-    media_env.add(media_env.clips.landscape, "videos/a.mp4")
-    (media_env.media_root / "public").mkdir(exist_ok=True)
+    roots.add(clips.landscape, "videos/a.mp4")
+    (roots.media / "public").mkdir(exist_ok=True)
     four = [str(uuid.uuid4()) for _ in range(4)]
     return {
         "noop": {},
@@ -69,8 +69,8 @@ def test_registry_has_noop_and_the_sixteen_media_types():
 
 
 @pytest.mark.parametrize("job_type", sorted(MEDIA_TYPES | {"noop"}))
-def test_every_type_accepts_minimal_params_and_fills_defaults(job_type, media_env):
-    params = validate_params(job_type, minimal(job_type, media_env))
+def test_every_type_accepts_minimal_params_and_fills_defaults(job_type, roots, clips):
+    params = validate_params(job_type, minimal(job_type, roots, clips))
     assert isinstance(params, dict)
     # Normalised params validate again to themselves (what the worker does with the stored params).
     assert validate_params(job_type, params) == params
@@ -104,14 +104,14 @@ def test_unknown_type_and_non_object_params():
 @pytest.mark.parametrize(
     "bad", ["../x.mp4", "/etc/passwd", "http://evil/x.mp4", "concat:a|b", "-y.mp4", "a\x00.mp4"]
 )
-def test_unsafe_inputs_are_refused_at_submission(bad, media_env):
+def test_unsafe_inputs_are_refused_at_submission(bad, roots):
     errors = errors_of("reencode_streaming", {"input": bad})
     assert errors[0]["field"] == "params.input"
 
 
-def test_input_must_exist_and_exactly_one_source(media_env):
+def test_input_must_exist_and_exactly_one_source(roots, clips):
     assert "does not exist" in errors_of("thumbnail_generate", {"input": "nope.mp4"})[0]["message"]
-    media_env.add(media_env.clips.landscape, "a.mp4")
+    roots.add(clips.landscape, "a.mp4")
     both = errors_of("thumbnail_generate", {"input": "a.mp4", "video_id": str(uuid.uuid4())})
     assert both == [
         {"field": "params", "message": "give exactly one of input (a path under the media root) or video_id"}
@@ -120,8 +120,8 @@ def test_input_must_exist_and_exactly_one_source(media_env):
     assert errors_of("thumbnail_generate", {"video_id": "not-a-uuid"})[0]["field"] == "params.video_id"
 
 
-def test_nested_fields_are_named_by_path(media_env):
-    media_env.add(media_env.clips.landscape, "a.mp4")
+def test_nested_fields_are_named_by_path(roots, clips):
+    roots.add(clips.landscape, "a.mp4")
     errors = errors_of(
         "clip_generate", {"input": "a.mp4", "ranges": [{"start": 0, "end": 1}, {"start": 5, "end": 2}]}
     )
@@ -136,8 +136,8 @@ def test_nested_fields_are_named_by_path(media_env):
     assert "inputs[2]" in errors[0]["message"]
 
 
-def test_scan_directory_must_be_a_safe_existing_directory(media_env):
-    (media_env.media_root / "videos").mkdir()
+def test_scan_directory_must_be_a_safe_existing_directory(roots):
+    (roots.media / "videos").mkdir()
     assert validate_params("scan", {"directory": "videos"})["directory"] == "videos"
     assert errors_of("scan", {"directory": "../"})[0]["field"] == "params.directory"
     assert errors_of("public_scan", {})[0]["field"] == "params.directory"  # media/public is missing

@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from media import webhooks
-from tests.media.receiver import Receiver
+from tests.kit.web import Receiver
 
 SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
