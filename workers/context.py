@@ -170,6 +170,79 @@ def _utc_stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+class _ProcessOutput:
+    """The two pipes of a running process group, each drained by its own thread so the process never
+    blocks on a full pipe: stdout lines go to `on_line` (or are kept, up to STDOUT_KEEP_BYTES),
+    stderr keeps its last STDERR_TAIL_BYTES."""
+
+    def __init__(self, group: processes.ProcessGroup, on_line: Callable[[str], None] | None):
+        self._popen = group.popen
+        self._on_line = on_line
+        self._lines: queue.Queue = queue.Queue()
+        self._kept: list[bytes] = []
+        self._kept_size = 0
+        self._stderr_tail: deque[bytes] = deque()
+        self._stderr_size = 0
+        self.stdout_done = False
+        self.last_output = time.monotonic()
+        self._readers = [
+            threading.Thread(target=self._read_stdout, name=f"stdout-{group.pgid}", daemon=True),
+            threading.Thread(target=self._read_stderr, name=f"stderr-{group.pgid}", daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_stdout(self) -> None:
+        try:
+            for raw in iter(self._popen.stdout.readline, b""):
+                self._lines.put(raw)
+        finally:
+            self._lines.put(None)
+
+    def _read_stderr(self) -> None:
+        # Chunks, not lines: FFmpeg's stats end in \r, and a "line" could grow for hours.
+        for raw in iter(lambda: self._popen.stderr.read1(65536), b""):
+            self._stderr_tail.append(raw)
+            self._stderr_size += len(raw)
+            while self._stderr_size > STDERR_TAIL_BYTES and len(self._stderr_tail) > 1:
+                self._stderr_size -= len(self._stderr_tail.popleft())
+
+    def next_line(self) -> bool:
+        """Hand on the next stdout line, waiting up to 0.2 s for it (a short nap once stdout has
+        closed). True if there was one."""
+        try:
+            raw = self._lines.get(timeout=0.0 if self.stdout_done else 0.2)
+        except queue.Empty:
+            if self.stdout_done:
+                time.sleep(0.05)
+            return False
+        if raw is None:
+            self.stdout_done = True
+            return False
+        self.last_output = time.monotonic()
+        if self._on_line is not None:
+            self._on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        elif self._kept_size < STDOUT_KEEP_BYTES:
+            self._kept.append(raw)
+            self._kept_size += len(raw)
+        return True
+
+    def close(self) -> None:
+        for reader in self._readers:
+            reader.join(timeout=2)
+        for stream in (self._popen.stdout, self._popen.stderr):
+            try:
+                stream.close()
+            except Exception:
+                pass
+
+    def stdout_text(self) -> str:
+        return b"".join(self._kept).decode("utf-8", "replace")
+
+    def stderr_text(self) -> str:
+        return b"".join(self._stderr_tail).decode("utf-8", "replace")
+
+
 class RunContext:
     """The StageContext a handler receives."""
 
@@ -349,76 +422,12 @@ class RunContext:
         """
         self.check_cancelled()
         run = self._run
-        if time.monotonic() >= run.deadline:
-            run.abort(TIMEOUT, f"stage deadline of {run.task.timeout_seconds:g}s passed")
-            run.raise_if_aborted()
+        self._stop_past_deadline(time.monotonic())
         group = processes.start(argv, cwd=cwd or self.workspace)
         run.add_group(group)
-        lines: queue.Queue = queue.Queue()
-        stderr_tail: deque[bytes] = deque()
-        stderr_size = [0]
-
-        def read_stdout() -> None:
-            try:
-                for raw in iter(group.popen.stdout.readline, b""):
-                    lines.put(raw)
-            finally:
-                lines.put(None)
-
-        def read_stderr() -> None:
-            # Chunks, not lines: FFmpeg's stats end in \r, and a "line" could grow for hours.
-            for raw in iter(lambda: group.popen.stderr.read1(65536), b""):
-                stderr_tail.append(raw)
-                stderr_size[0] += len(raw)
-                while stderr_size[0] > STDERR_TAIL_BYTES and len(stderr_tail) > 1:
-                    stderr_size[0] -= len(stderr_tail.popleft())
-
-        readers = [
-            threading.Thread(target=read_stdout, name=f"stdout-{group.pgid}", daemon=True),
-            threading.Thread(target=read_stderr, name=f"stderr-{group.pgid}", daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
-        kept: list[bytes] = []
-        kept_size = 0
-        last_output = time.monotonic()
-        stdout_done = False
-        exited_at: float | None = None
-        last_check = 0.0
+        output = _ProcessOutput(group, on_stdout_line)
         try:
-            while True:
-                try:
-                    raw = lines.get(timeout=0.0 if stdout_done else 0.2)
-                except queue.Empty:
-                    raw = b""
-                    if stdout_done:
-                        time.sleep(0.05)
-                if raw is None:
-                    stdout_done = True
-                elif raw:
-                    last_output = time.monotonic()
-                    if on_stdout_line is not None:
-                        on_stdout_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
-                    elif kept_size < STDOUT_KEEP_BYTES:
-                        kept.append(raw)
-                        kept_size += len(raw)
-                    if time.monotonic() - last_check < 0.2:
-                        continue  # drain what is queued; the checks below run at least every 0.2 s
-                now = last_check = time.monotonic()
-                run.raise_if_aborted()
-                if group.popen.poll() is not None:
-                    exited_at = exited_at or now
-                    # A grandchild still holding stdout open must not keep the stage alive.
-                    if stdout_done or now - exited_at > 2.0:
-                        break
-                if now >= run.deadline:
-                    run.abort(TIMEOUT, f"stage deadline of {run.task.timeout_seconds:g}s passed")
-                    run.raise_if_aborted()
-                if stall_seconds and now - last_output > stall_seconds:
-                    raise StageTimeout(
-                        f"{Path(argv[0]).name} printed no progress for {stall_seconds:g}s (stalled)"
-                    )
-                self._maybe_flush()
+            self._watch(group, output, Path(argv[0]).name, stall_seconds)
         except BaseException:
             group.stop(run.kill_grace)
             raise
@@ -426,19 +435,36 @@ class RunContext:
             run.remove_group(group)
             if group.group_exists() and group.popen.poll() is not None:
                 group.kill_now()  # leftovers of an exited leader: nothing outlives its stage
-            for reader in readers:
-                reader.join(timeout=2)
-            for stream in (group.popen.stdout, group.popen.stderr):
-                try:
-                    stream.close()
-                except Exception:
-                    pass
+            output.close()
             processes.forget_if_finished(group)
         returncode = group.popen.wait()
         run.raise_if_aborted()  # killed between two checks
-        return subprocess.CompletedProcess(
-            list(argv),
-            returncode,
-            b"".join(kept).decode("utf-8", "replace"),
-            b"".join(stderr_tail).decode("utf-8", "replace"),
-        )
+        return subprocess.CompletedProcess(list(argv), returncode, output.stdout_text(), output.stderr_text())
+
+    def _watch(
+        self, group: processes.ProcessGroup, output: _ProcessOutput, program: str, stall_seconds: float | None
+    ) -> None:
+        """Pass the output on until the process has exited and closed stdout, and at least every
+        0.2 s check for an abort, the stage deadline and a stall, and send buffered progress."""
+        exited_at: float | None = None
+        last_check = 0.0
+        while True:
+            if output.next_line() and time.monotonic() - last_check < 0.2:
+                continue  # drain what is queued; the checks below run at least every 0.2 s
+            now = last_check = time.monotonic()
+            self._run.raise_if_aborted()
+            if group.popen.poll() is not None:
+                exited_at = exited_at or now
+                # A grandchild still holding stdout open must not keep the stage alive.
+                if output.stdout_done or now - exited_at > 2.0:
+                    return
+            self._stop_past_deadline(now)
+            if stall_seconds and now - output.last_output > stall_seconds:
+                raise StageTimeout(f"{program} printed no progress for {stall_seconds:g}s (stalled)")
+            self._maybe_flush()
+
+    def _stop_past_deadline(self, now: float) -> None:
+        run = self._run
+        if now >= run.deadline:
+            run.abort(TIMEOUT, f"stage deadline of {run.task.timeout_seconds:g}s passed")
+            run.raise_if_aborted()
