@@ -57,6 +57,63 @@ def failure_text(exc: BaseException, tb: str) -> str:
     return f"{summary}\n\n{tb}" if tb else summary
 
 
+class _Publication:
+    """A stage's files on their way to output storage: prepared (copied next to their final place)
+    before the finish, committed (renamed into place) inside the finish transaction, and whatever
+    was not committed removed at the end."""
+
+    def __init__(self, job_id: str, specs: list):
+        from media.storage import get_storage
+
+        self.storage = get_storage()
+        self.job_id = job_id
+        self.specs = specs
+        self.prepared: list = []  # (spec, storage.Prepared)
+        self.committed: set[str] = set()
+
+    def prepare(self) -> None:
+        for spec in self.specs:
+            self.prepared.append((spec, self.storage.prepare(self.job_id, Path(spec.source), spec.name)))
+
+    def outputs(self) -> list[repository.Output]:
+        return [
+            repository.Output(
+                name=p.name,
+                kind=spec.kind,
+                size_bytes=p.size_bytes,
+                storage_url=self.storage.url(self.job_id, p.name),
+                metadata=dict(spec.metadata or {}),
+            )
+            for spec, p in self.prepared
+        ]
+
+    def finish_and_commit(
+        self, lease: repository.Lease, result: Any, children: list, outputs: list[repository.Output]
+    ) -> repository.FenceResult:
+        if not self.prepared:
+            # Nothing to move into place: finish_task_v1 is one statement, atomic on its own, so
+            # autocommit saves the BEGIN and COMMIT round trips (and the job's row locks are not
+            # held while they travel).
+            return repository.finish(lease, result, children, outputs)
+        with transaction.atomic():
+            outcome = repository.finish(lease, result, children, outputs)
+            if outcome.outcome == "completed":
+                # Inside the finish transaction: an error here rolls the completion back.
+                for _spec, p in self.prepared:
+                    if p.temp not in self.committed:
+                        self.storage.commit(p)
+                        self.committed.add(p.temp)
+        return outcome
+
+    def discard_uncommitted(self, extra: dict) -> None:
+        for _spec, p in self.prepared:
+            if p.temp not in self.committed:
+                try:
+                    self.storage.abort(p)
+                except Exception:
+                    log.warning("could not remove the temporary output %s", p.temp, extra=extra)
+
+
 class Outcome:
     def __init__(self, worker: Worker):
         self.worker = worker
@@ -132,6 +189,8 @@ class Outcome:
             self.final(run, "fail", lambda: repository.fail(lease, f"StageTimeout: {reason}", retryable=True))
 
     def complete(self, run: TaskRun, ctx: RunContext, result: Any) -> None:
+        """The handler returned: its result must be JSON; its files are copied next to their final
+        place, then one finish writes the result and the children and renames the files into place."""
         lease = run.lease
         if result is not None and not isinstance(result, dict):
             result = {"value": result}
@@ -141,64 +200,33 @@ class Outcome:
             message = f"the handler returned a result that is not JSON: {exc}"
             self.final(run, "fail", lambda: repository.fail(lease, message, retryable=False))
             return
-        from media.storage import get_storage
-
-        storage = get_storage()
-        prepared = []
-        committed: set[str] = set()
+        files = _Publication(ctx.job_id, ctx.publications)
         try:
             try:
                 # The slow part (copying bytes) happens before the transaction, heartbeats still on.
-                for spec in ctx.publications:
-                    prepared.append((spec, storage.prepare(ctx.job_id, Path(spec.source), spec.name)))
+                files.prepare()
             except Exception as exc:
-                message = failure_text(exc, traceback.format_exc())
-                log.warning("task %s: preparing outputs failed: %s", run.task.id, exc, extra=run.extra)
-                self.final(run, "fail", lambda: repository.fail(lease, message, retryable=True))
+                self.fail_for_outputs(run, "preparing", exc)
                 return
             if run.abort_kind is not None:  # cancelled or lost while the files were copied
                 self.conclude_aborted(run)
                 return
-            outputs = [
-                repository.Output(
-                    name=p.name,
-                    kind=spec.kind,
-                    size_bytes=p.size_bytes,
-                    storage_url=storage.url(ctx.job_id, p.name),
-                    metadata=dict(spec.metadata or {}),
-                )
-                for spec, p in prepared
-            ]
-
-            def finish_and_publish() -> repository.FenceResult:
-                if not prepared:
-                    # Nothing to move into place: finish_task_v1 is one statement, atomic on its
-                    # own, so autocommit saves the BEGIN and COMMIT round trips (and the job's row
-                    # locks are not held while they travel).
-                    return repository.finish(lease, result, ctx.children, outputs)
-                with transaction.atomic():
-                    outcome = repository.finish(lease, result, ctx.children, outputs)
-                    if outcome.outcome == "completed":
-                        # Inside the finish transaction: an error here rolls the completion back.
-                        for _spec, p in prepared:
-                            if p.temp not in committed:
-                                storage.commit(p)
-                                committed.add(p.temp)
-                return outcome
-
+            outputs = files.outputs()
             try:
-                self.final(run, "finish", finish_and_publish)
+                self.final(
+                    run, "finish", lambda: files.finish_and_commit(lease, result, ctx.children, outputs)
+                )
             except Exception as exc:  # publishing failed: the transaction was rolled back
-                message = failure_text(exc, traceback.format_exc())
-                log.warning("task %s: publishing outputs failed: %s", run.task.id, exc, extra=run.extra)
-                self.final(run, "fail", lambda: repository.fail(lease, message, retryable=True))
+                self.fail_for_outputs(run, "publishing", exc)
         finally:
-            for _spec, p in prepared:
-                if p.temp not in committed:
-                    try:
-                        storage.abort(p)
-                    except Exception:
-                        log.warning("could not remove the temporary output %s", p.temp, extra=run.extra)
+            files.discard_uncommitted(run.extra)
+
+    def fail_for_outputs(self, run: TaskRun, doing: str, exc: Exception) -> None:
+        """A retryable fail when the stage's files could not be prepared or published (called while
+        `exc` is being handled: its traceback goes into the failure)."""
+        message = failure_text(exc, traceback.format_exc())
+        log.warning("task %s: %s outputs failed: %s", run.task.id, doing, exc, extra=run.extra)
+        self.final(run, "fail", lambda: repository.fail(run.lease, message, retryable=True))
 
     def final(
         self, run: TaskRun, what: str, call: Callable[[], repository.FenceResult], until: float | None = None
