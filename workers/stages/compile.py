@@ -169,6 +169,55 @@ def compile_mega(ctx: StageContext) -> dict:
     return _render_child(ctx, "compile_mega", params, staged, {**extra, "output_name": "mega.mp4"})
 
 
+def _render_argv(ctx: StageContext, p: dict, dst: Path, encoding: commands.VideoEncoding) -> list[str]:
+    """The FFmpeg command of a render: the items concatenated, or tiled in a grid."""
+    items = p["items"]
+    if p["layout"] == "concat":
+        segments = [
+            commands.Segment(ws(ctx, it["input"]), float(it["duration"]), 0.0, bool(it["has_audio"]))
+            for it in items
+        ]
+        return commands.concat(
+            segments,
+            dst,
+            width=int(p["width"]),
+            height=int(p["height"]),
+            fps=int(p["fps"]),
+            encoding=encoding,
+            audio_kbps=int(p["audio_bitrate_kbps"]),
+        )
+    inputs = [
+        commands.GridInput(ws(ctx, it["input"]), float(it["duration"]), bool(it["has_audio"])) for it in items
+    ]
+    return commands.grid(
+        inputs,
+        dst,
+        columns=int(p["columns"]),
+        cell_width=int(p["cell_width"]),
+        cell_height=int(p["cell_height"]),
+        fps=int(p["fps"]),
+        encoding=encoding,
+        duration=p["duration_mode"],
+        audio=p["audio"],
+        audio_kbps=int(p["audio_bitrate_kbps"]),
+    )
+
+
+def _write_sources_manifest(path: Path, layout: str, items: list[dict]) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "layout": layout,
+                "sources": [
+                    {"path": it["source"], "video_id": it.get("video_id"), "duration": it["duration"]}
+                    for it in items
+                ],
+            },
+            indent=2,
+        )
+    )
+
+
 @stage("compile_random.render")
 @stage("compile_quad.render")
 @stage("compile_mega.render")
@@ -178,63 +227,21 @@ def compile_render(ctx: StageContext) -> dict:
     if name not in ("compilation.mp4", "quad.mp4", "mega.mp4"):
         raise PermanentFailure(f"bad output name {name!r}")
     encoding = commands.VideoEncoding(encoder_of(p), p["preset"], int(p["crf"]))
-    items = p["items"]
     out_dir = Path(ctx.workspace) / "compile"
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / name
     partial = partial_path(final)
-    if p["layout"] == "concat":
-        segments = [
-            commands.Segment(ws(ctx, it["input"]), float(it["duration"]), 0.0, bool(it["has_audio"]))
-            for it in items
-        ]
-        argv = commands.concat(
-            segments,
-            partial,
-            width=int(p["width"]),
-            height=int(p["height"]),
-            fps=int(p["fps"]),
-            encoding=encoding,
-            audio_kbps=int(p["audio_bitrate_kbps"]),
-        )
-    else:
-        inputs = [
-            commands.GridInput(ws(ctx, it["input"]), float(it["duration"]), bool(it["has_audio"]))
-            for it in items
-        ]
-        argv = commands.grid(
-            inputs,
-            partial,
-            columns=int(p["columns"]),
-            cell_width=int(p["cell_width"]),
-            cell_height=int(p["cell_height"]),
-            fps=int(p["fps"]),
-            encoding=encoding,
-            duration=p["duration_mode"],
-            audio=p["audio"],
-            audio_kbps=int(p["audio_bitrate_kbps"]),
-        )
+    argv = _render_argv(ctx, p, partial, encoding)
     run_ffmpeg(
         ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what=f"{p['layout']} {name}"
     )
     os.replace(partial, final)
     publish(ctx, final, name)
     manifest = out_dir / "sources.json"
-    manifest.write_text(
-        json.dumps(
-            {
-                "layout": p["layout"],
-                "sources": [
-                    {"path": it["source"], "video_id": it.get("video_id"), "duration": it["duration"]}
-                    for it in items
-                ],
-            },
-            indent=2,
-        )
-    )
+    _write_sources_manifest(manifest, p["layout"], p["items"])
     publish(ctx, manifest, "sources.json", kind="data")
     ctx.progress(100.0)
-    return {"output": name, "sources": len(items)}
+    return {"output": name, "sources": len(p["items"])}
 
 
 @stage("compile_gif")

@@ -20,8 +20,10 @@ from pathlib import Path
 
 from media import commands
 from media.hls import ladder_for, master_playlist, variant_from_probe
+from media.jobtypes import ResourceChoice
+from media.params import TranscodeParams
 from media.probe import probe
-from workers.stages.base import PermanentFailure, StageContext, stage
+from workers.stages.base import ChildSpec, PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,
     choose_resource,
@@ -44,6 +46,67 @@ HLS_DIR = "hls"
 THUMBNAIL = "thumbnail.jpg"
 
 
+def _rendition_child(
+    params: TranscodeParams,
+    rung: dict,
+    size: tuple[int, int],
+    staged_rel: str,
+    choice: ResourceChoice,
+    duration: float,
+) -> ChildSpec:
+    width, height = size
+    return child(
+        "transcode.rendition",
+        {
+            "input": staged_rel,
+            "name": rung["name"],
+            "width": width,
+            "height": height,
+            "video_bitrate_kbps": rung["video_bitrate_kbps"],
+            "segment_seconds": params.segment_seconds,
+            "encoder": choice.encoder,
+            "preset": params.preset,
+            "crf": params.crf,
+            "audio_bitrate_kbps": params.audio_bitrate_kbps,
+            "duration": duration,
+        },
+        resource=choice,
+        duration=duration,
+    )
+
+
+def _thumbnail_child(params: TranscodeParams, staged_rel: str, duration: float) -> ChildSpec:
+    """One JPEG at `thumbnail_at`, by default a quarter of the way in (never past the last frame)."""
+    at = params.thumbnail_at if params.thumbnail_at is not None else duration * 0.25
+    return child(
+        "transcode.thumbnail",
+        {
+            "input": staged_rel,
+            "timestamp": min(at, max(0.0, duration - 0.1)),
+            "width": params.thumbnail_width,
+        },
+        duration=duration,
+    )
+
+
+def _package_child(params: TranscodeParams, ladder: list[dict], duration: float) -> ChildSpec:
+    """HLS packaging once every rendition is done, on the background pool."""
+    return child(
+        "transcode.package",
+        {
+            "renditions": [
+                {"name": r["name"], "video_bitrate_kbps": r["video_bitrate_kbps"]} for r in ladder
+            ],
+            "segment_seconds": params.segment_seconds,
+            "audio_bitrate_kbps": params.audio_bitrate_kbps,
+            "duration": duration,
+        },
+        pool="background",
+        duration=duration,
+        wait_for_siblings=True,
+    )
+
+
 @stage("transcode")
 def transcode(ctx: StageContext) -> dict:
     params = stage_params(ctx, "transcode")
@@ -62,56 +125,11 @@ def transcode(ctx: StageContext) -> dict:
     staged_rel = workspace_rel(ctx, staged)
     duration = info.duration_seconds
     for rung in ladder:
-        width, height = commands.fit_short_side(info.width, info.height, rung["height"])
-        rung["resolution"] = f"{width}x{height}"
-        ctx.spawn_child(
-            child(
-                "transcode.rendition",
-                {
-                    "input": staged_rel,
-                    "name": rung["name"],
-                    "width": width,
-                    "height": height,
-                    "video_bitrate_kbps": rung["video_bitrate_kbps"],
-                    "segment_seconds": params.segment_seconds,
-                    "encoder": choice.encoder,
-                    "preset": params.preset,
-                    "crf": params.crf,
-                    "audio_bitrate_kbps": params.audio_bitrate_kbps,
-                    "duration": duration,
-                },
-                resource=choice,
-                duration=duration,
-            )
-        )
-    at = params.thumbnail_at if params.thumbnail_at is not None else duration * 0.25
-    ctx.spawn_child(
-        child(
-            "transcode.thumbnail",
-            {
-                "input": staged_rel,
-                "timestamp": min(at, max(0.0, duration - 0.1)),
-                "width": params.thumbnail_width,
-            },
-            duration=duration,
-        )
-    )
-    ctx.spawn_child(
-        child(
-            "transcode.package",
-            {
-                "renditions": [
-                    {"name": r["name"], "video_bitrate_kbps": r["video_bitrate_kbps"]} for r in ladder
-                ],
-                "segment_seconds": params.segment_seconds,
-                "audio_bitrate_kbps": params.audio_bitrate_kbps,
-                "duration": duration,
-            },
-            pool="background",
-            duration=duration,
-            wait_for_siblings=True,
-        )
-    )
+        size = commands.fit_short_side(info.width, info.height, rung["height"])
+        rung["resolution"] = f"{size[0]}x{size[1]}"
+        ctx.spawn_child(_rendition_child(params, rung, size, staged_rel, choice, duration))
+    ctx.spawn_child(_thumbnail_child(params, staged_rel, duration))
+    ctx.spawn_child(_package_child(params, ladder, duration))
     ctx.progress(100.0)
     ctx.log(
         "ladder: " + ", ".join(f"{r['name']} {r['resolution']} {r['video_bitrate_kbps']}k" for r in ladder)
