@@ -1,11 +1,29 @@
 """Shared fixtures. Tests run against a real PostgreSQL: the server named by DATABASE_URL, or the
-embedded one under var/ when it is unset. Never SQLite, never a mocked database."""
+embedded one under var/ when it is unset. Never SQLite, never a mocked database.
+
+The helpers these fixtures are built from live in tests/kit/; the fixtures here are the suite's
+common vocabulary:
+- the cast (tests/kit/personas.py): `alice` (admin), `bob` (operator), `charlie` (viewer), `dave`
+  (no group), and each one's logged-in dashboard client: `admin_client` (alice; it replaces
+  pytest-django's fixture of that name), `operator_client`, `viewer_client`, `nogroup_client`;
+- the queue without processes: `make_worker_row`, `worker` (one live worker row), `enqueue`;
+- worker processes: `start_worker(uid, *runworker_args, env=None, ready=True, database_url=None)
+  -> WorkerProcess`, with the environment of `worker_env`, which a folder's conftest.py overrides
+  to add what its workers need; every worker is killed at teardown, before the test database is
+  flushed, and its output is printed when the test failed.
+"""
 
 import os
+import sys
 import uuid
 
 import pytest
 from django.db import connection
+from django.test import Client
+
+from tests.kit import personas
+from tests.kit.db import database_url as this_runs_database_url
+from tests.kit.workers import Workers, worker_environment
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API inside Django tests
 
@@ -43,17 +61,76 @@ def _reseed_migration_rows(request):
     yield
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item (rep_setup, rep_call), so fixtures can tell at
+    teardown whether the test failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+# ---- the cast ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def alice(db):
+    """A superuser: may see and change everything, the Django admin included."""
+    return personas.persona("alice")
+
+
+@pytest.fixture
+def bob(db):
+    """In Operators: may see everything and act on the queue, jobs, workers and library; no admin."""
+    return personas.persona("bob")
+
+
+@pytest.fixture
+def charlie(db):
+    """In Viewers: may look everywhere, sees no controls, every change refused (403)."""
+    return personas.persona("charlie")
+
+
+@pytest.fixture
+def dave(db):
+    """An account without a group: may log in, sees nothing (403)."""
+    return personas.persona("dave")
+
+
+def _logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client(alice):
+    """alice's session (this replaces pytest-django's `admin_client`, so every superuser is alice)."""
+    return _logged_in(alice)
+
+
+@pytest.fixture
+def operator_client(bob):
+    return _logged_in(bob)
+
+
+@pytest.fixture
+def viewer_client(charlie):
+    return _logged_in(charlie)
+
+
+@pytest.fixture
+def nogroup_client(dave):
+    return _logged_in(dave)
+
+
+# ---- the queue, without processes ---------------------------------------------------------------
+
+
 @pytest.fixture
 def database_url():
     """A DATABASE_URL for subprocesses (workers) that points at this test run's database."""
-    settings = connection.settings_dict
-    host = settings["HOST"] or ""
-    user = settings["USER"] or "postgres"
-    if host.startswith("/"):
-        return f"postgresql://{user}@/{settings['NAME']}?host={host}"
-    port = settings["PORT"] or 5432
-    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
-    return f"postgresql://{user}{password}@{host}:{port}/{settings['NAME']}"
+    return this_runs_database_url()
 
 
 @pytest.fixture
@@ -85,10 +162,39 @@ def make_worker_row():
 
 
 @pytest.fixture
+def worker(make_worker_row):
+    """A live worker row (no process), four cpu slots: (uid, session)."""
+    return make_worker_row("w-test", concurrency=4)
+
+
+@pytest.fixture
 def enqueue():
+    """enqueue(job_type="noop", params=None, **NewJob fields) -> the job id, as the repository enqueues it."""
     from scheduler import repository
 
     def enqueue(job_type="noop", params=None, **kwargs):
         return repository.enqueue_job(repository.NewJob(job_type, params or {}, **kwargs), stale_seconds=60)
 
     return enqueue
+
+
+# ---- worker processes ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def worker_env(database_url, tmp_path):
+    """The environment of this test's worker processes (tests/kit/workers.py: short timings, the
+    test stages, media/output/workspace roots under tmp_path)."""
+    return worker_environment(database_url, tmp_path)
+
+
+@pytest.fixture
+def start_worker(worker_env, tmp_path, request):
+    """start_worker(uid, *runworker_args, env=None, ready=True, database_url=None) -> WorkerProcess:
+    a real `manage.py runworker` (tests/kit/workers.py, `Workers.start`)."""
+    workers = Workers(worker_env, tmp_path)
+    yield workers.start
+    workers.stop_all()
+    report = getattr(request.node, "rep_call", None)
+    if workers.started and (report is None or report.failed):
+        sys.stderr.write(f"\n{workers.logs()}\n")

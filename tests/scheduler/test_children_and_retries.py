@@ -2,9 +2,9 @@
 
 import pytest
 from django.db import IntegrityError, transaction
-from sqlhelpers import claim, expire_lease, job_status, lease_of, make_available, one, sql, task_state
 
 from scheduler import repository
+from tests.kit.db import claim, expire_lease, job_status, lease_of, make_available, one, sql, task_state
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ def test_the_database_refuses_a_duplicate_dedupe_key(make_worker_row, enqueue):
 @pytest.mark.parametrize(
     ("attempt", "seconds"), [(1, 15), (2, 16), (3, 31), (4, 96), (8, 2416), (9, 3600), (50, 3600)]
 )
-def test_the_retry_curve(attempt, seconds):
+def test_the_retry_delay_grows_with_the_fourth_power_of_the_attempt_up_to_an_hour(attempt, seconds):
     assert one("SELECT extract(epoch FROM retry_delay_v1(%s))", [attempt]) == seconds
 
 

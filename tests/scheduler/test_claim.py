@@ -2,9 +2,9 @@
 
 import pytest
 from django.db import transaction
-from sqlhelpers import claim, job_status, lease_of, one, sql
 
 from scheduler import repository
+from tests.kit.db import claim, job_status, lease_of, one, sql
 
 pytestmark = pytest.mark.django_db
 

@@ -2,9 +2,9 @@
 
 import pytest
 from django.db import connection, transaction
-from sqlhelpers import one, sql
 
 from scheduler import repository
+from tests.kit.db import one, sql
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(240)]
 

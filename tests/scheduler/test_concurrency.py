@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 from django.db import connection
-from sqlhelpers import one, sql
 
 from scheduler import repository
+from tests.kit.db import one, sql
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 

@@ -3,21 +3,24 @@ their pinned jobs; only jobs with local work wait for a lost worker, and only fo
 delay. Real worker processes under real signals: tests/worker/test_failover.py."""
 
 import pytest
-from sqlhelpers import claim, expire_lease, job_status, lease_of, make_available, one, sql, task_state
 
 from scheduler import queries, repository
+from tests.kit.db import (
+    claim,
+    expire_lease,
+    job_status,
+    lease_of,
+    make_available,
+    one,
+    silence_worker,
+    sql,
+    task_state,
+)
 
 pytestmark = pytest.mark.django_db
 
 LOST = 30.0  # the lease: a worker silent that long has lost every lease it held
 DELAY = 120.0  # JETENCODE_REASSIGN_AFTER_SECONDS' default
-
-
-def silence(uid, seconds):
-    sql(
-        "UPDATE queue_workers SET last_heartbeat_at = now() - make_interval(secs => %s) WHERE uid = %s",
-        [seconds, uid],
-    )
 
 
 def schedule(job):
@@ -115,9 +118,9 @@ def test_a_job_lost_in_its_dispatch_is_retried_by_any_worker_once_the_lease_ran_
     task = claim(lost)
     expire_lease(task.id)
     assert repository.recover_expired() == [(task.id, "retry_wait")]
-    silence("lost", LOST - 5)
+    silence_worker("lost", LOST - 5)
     assert repository.release_jobs(LOST, DELAY) == []  # not lost yet: it may be a slow beat
-    silence("lost", LOST + 1)
+    silence_worker("lost", LOST + 1)
     (release,) = repository.release_jobs(LOST, DELAY)
     assert (release.cause, release.execution_id) == ("lost_in_dispatch", 1)
     assert schedule(job) == (1, None, 0)  # the dispatch's attempts already bound the retries
@@ -132,7 +135,7 @@ def test_a_job_without_local_work_moves_as_soon_as_its_worker_is_lost(make_worke
     lost = make_worker_row("lost")
     job = enqueue()
     dispatched_with_child(lost)  # only the dispatch ran: the staged input is cheap to redo
-    silence("lost", LOST + 1)
+    silence_worker("lost", LOST + 1)
     (release,) = repository.release_jobs(LOST, DELAY)
     assert (release.cause, release.execution_id) == ("lost_in_dispatch", 2)
     assert schedule(job) == (2, None, 1)
@@ -142,13 +145,13 @@ def test_a_job_without_local_work_moves_as_soon_as_its_worker_is_lost(make_worke
 def test_a_job_with_local_work_waits_for_its_worker_up_to_the_delay(make_worker_row, enqueue):
     w3 = make_worker_row("w3")
     job = with_local_work(w3, enqueue)
-    silence("w3", 60)
+    silence_worker("w3", 60)
     assert repository.release_jobs(LOST, DELAY) == []
     (entry,) = queries.queue_list(job_id=job)
     assert entry.waiting_reason.startswith("waiting up to 1m0") and entry.waiting_reason.endswith(
         "for worker w3 (has local work)"
     ), entry.waiting_reason
-    silence("w3", DELAY + 1)
+    silence_worker("w3", DELAY + 1)
     (release,) = repository.release_jobs(LOST, DELAY)
     assert (release.cause, release.execution_id) == ("lost_after_delay", 2)
     assert "longer than the reassignment delay of 2m00s" in job_log(job)
@@ -162,7 +165,7 @@ def test_a_same_uid_restart_inside_the_window_resumes_in_place(make_worker_row, 
     w3 = make_worker_row("w3")
     job = with_local_work(w3, enqueue)
     second = claim(w3)
-    silence("w3", 60)
+    silence_worker("w3", 60)
     assert job_status(job) == "running"
     restarted = make_worker_row("w3")  # a new session: the old one's leases are expired at once
     assert repository.recover_expired() == [(second.id, "retry_wait")]
@@ -198,7 +201,7 @@ def test_a_targeted_job_waits_for_its_worker(make_worker_row, enqueue):
     dispatched_with_child(
         ("target", one("SELECT current_session_id FROM queue_workers WHERE uid = 'target'"))
     )
-    silence("target", DELAY + 1)
+    silence_worker("target", DELAY + 1)
     assert repository.release_jobs(LOST, DELAY) == []
     assert repository.drain_worker("target") == "draining"
     assert schedule(job)[:2] == (1, "target")
@@ -208,7 +211,7 @@ def test_a_job_that_keeps_losing_its_worker_fails_instead_of_looping(make_worker
     job = enqueue(max_attempts=1)
     for n, uid in enumerate(("first", "second"), start=1):
         dispatched_with_child(make_worker_row(uid))
-        silence(uid, LOST + 1)
+        silence_worker(uid, LOST + 1)
         released = repository.release_jobs(LOST, DELAY)
         if n == 1:
             assert [(r.cause, r.execution_id) for r in released] == [("lost_in_dispatch", 2)]
@@ -225,7 +228,7 @@ def test_a_worker_that_came_back_keeps_its_jobs(make_worker_row, enqueue):
     w3 = make_worker_row("w3")
     job = enqueue()
     dispatched_with_child(w3)
-    silence("w3", LOST + 1)
+    silence_worker("w3", LOST + 1)
     # Another worker's pass decided to move it, but w3 beat in the meantime: the locked re-check wins.
     repository.worker_heartbeat(*w3, None)
     assert one("SELECT release_job_v2(%s, 'w3', 'lost_in_dispatch', false, %s)", [job, LOST]) is None

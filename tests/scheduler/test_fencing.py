@@ -4,9 +4,9 @@ import uuid
 
 import pytest
 from django.db import transaction
-from sqlhelpers import claim, expire_lease, lease_of, make_available, one, sql, task_state
 
 from scheduler import repository
+from tests.kit.db import claim, expire_lease, lease_of, make_available, one, sql, task_state
 
 pytestmark = pytest.mark.django_db
 

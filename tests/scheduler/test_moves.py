@@ -3,9 +3,9 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlhelpers import claim, one, sql
 
 from scheduler import repository
+from tests.kit.db import claim, one, sql
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +35,7 @@ operations = st.lists(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations, squeeze=st.booleans())
-def test_moves_match_a_model_list(enqueue, ops, squeeze):
+def test_moves_reorder_the_queue_like_moves_on_a_plain_list(enqueue, ops, squeeze):
     sql("DELETE FROM queue_tasks; DELETE FROM job_schedule; DELETE FROM jobs")
     jobs = [enqueue() for _ in range(6)]
     if squeeze:

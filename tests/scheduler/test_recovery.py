@@ -4,9 +4,9 @@ import threading
 
 import pytest
 from django.db import connection, transaction
-from sqlhelpers import claim, expire_lease, job_status, lease_of, one, sql, task_state
 
 from scheduler import repository
+from tests.kit.db import claim, expire_lease, job_status, lease_of, one, sql, task_state
 
 pytestmark = pytest.mark.django_db
 

@@ -1,9 +1,9 @@
 """Dedicated execution: both sides of a reservation are enforced by the claim."""
 
 import pytest
-from sqlhelpers import claim, lease_of
 
 from scheduler import repository
+from tests.kit.db import claim, lease_of
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ import time
 
 import psycopg
 import pytest
-from sqlhelpers import claim, lease_of, one
 
 from scheduler import repository
+from tests.kit.db import claim, lease_of, one
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

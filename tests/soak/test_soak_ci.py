@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from sqlhelpers import one
 
+from tests.kit.db import one
 from tools.soak.harness import SoakConfig, run_soak
 from tools.soak.postgres import PrivatePostgres
 

@@ -5,8 +5,8 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from sqlhelpers import sql
 
+from tests.kit.db import sql
 from workers import workspaces
 
 pytestmark = pytest.mark.django_db
