@@ -119,6 +119,56 @@ def _sample(conn, session, samples: int, args: dict) -> tuple[list[float], list[
     return claims, finishes, empty
 
 
+def _stage_costs(conn, backend: psutil.Process, session, args: dict, n: int) -> dict:
+    """n stages, each statement timed: per call, the backend's CPU and the wall time of each
+    statement, and of a noop stage in all."""
+    spent, waited = defaultdict(float), defaultdict(float)
+
+    def cpu() -> float:
+        t = backend.cpu_times()
+        return t.user + t.system
+
+    def call(label, query, params):
+        c0, t0 = cpu(), time.perf_counter()
+        rows = conn.execute(query, params).fetchall()
+        spent[label] += cpu() - c0
+        waited[label] += time.perf_counter() - t0
+        return rows
+
+    for _ in range(n):
+        call("enqueue_job_v1", jobs.ENQUEUE, args)
+        rows = call(
+            "claim_task_v1",
+            "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)",
+            [WORKER, session],
+        )
+        if not rows:
+            continue
+        task, token = rows[0]
+        call(
+            "report_progress_v1",
+            "SELECT * FROM report_progress_v1(%s, %s, %s, %s, 100, NULL, NULL)",
+            [task, token, WORKER, session],
+        )
+        call(
+            "finish_task_v1",
+            "SELECT * FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')",
+            [task, token, WORKER, session],
+        )
+    costs = {
+        label: {"cpu_ms": round(1000 * spent[label] / n, 3), "wall_ms": round(1000 * waited[label] / n, 3)}
+        for label in spent
+    }
+    # A noop stage is enqueue + claim + finish (it writes no progress of its own any more); the
+    # progress write is what each progress report of a longer stage costs.
+    stage = [v for k, v in costs.items() if k != "report_progress_v1"]
+    costs["stage_total"] = {
+        "cpu_ms": round(sum(v["cpu_ms"] for v in stage), 3),
+        "wall_ms": round(sum(v["wall_ms"] for v in stage), 3),
+    }
+    return costs
+
+
 def op_costs(conn, session, args: dict, n: int) -> dict:
     """CPU (of this connection's PostgreSQL backend, read from /proc: the server must be local) and
     wall time per call of each statement of a stage: enqueue, claim, a progress write, finish.
@@ -129,57 +179,10 @@ def op_costs(conn, session, args: dict, n: int) -> dict:
         backend.cpu_times()
     except psutil.Error as exc:
         return {"error": f"backend CPU not readable (is PostgreSQL on this machine?): {exc}"}
-
-    def cpu() -> float:
-        t = backend.cpu_times()
-        return t.user + t.system
-
     out = {}
     for mode in ("synchronous_commit=on", "synchronous_commit=off"):
         conn.execute("SET synchronous_commit = " + mode.split("=")[1])
-        spent, waited = defaultdict(float), defaultdict(float)
-
-        def call(label, query, params, spent=spent, waited=waited):
-            c0, t0 = cpu(), time.perf_counter()
-            rows = conn.execute(query, params).fetchall()
-            spent[label] += cpu() - c0
-            waited[label] += time.perf_counter() - t0
-            return rows
-
-        for _ in range(n):
-            call("enqueue_job_v1", jobs.ENQUEUE, args)
-            rows = call(
-                "claim_task_v1",
-                "SELECT id, lease_token FROM claim_task_v1(%s, %s, 'media', 30)",
-                [WORKER, session],
-            )
-            if not rows:
-                continue
-            task, token = rows[0]
-            call(
-                "report_progress_v1",
-                "SELECT * FROM report_progress_v1(%s, %s, %s, %s, 100, NULL, NULL)",
-                [task, token, WORKER, session],
-            )
-            call(
-                "finish_task_v1",
-                "SELECT * FROM finish_task_v1(%s, %s, %s, %s, NULL, '[]', '[]')",
-                [task, token, WORKER, session],
-            )
-        out[mode] = {
-            label: {
-                "cpu_ms": round(1000 * spent[label] / n, 3),
-                "wall_ms": round(1000 * waited[label] / n, 3),
-            }
-            for label in spent
-        }
-        # A noop stage is enqueue + claim + finish (it writes no progress of its own any more); the
-        # progress write is what each progress report of a longer stage costs.
-        stage = [v for k, v in out[mode].items() if k != "report_progress_v1"]
-        out[mode]["stage_total"] = {
-            "cpu_ms": round(sum(v["cpu_ms"] for v in stage), 3),
-            "wall_ms": round(sum(v["wall_ms"] for v in stage), 3),
-        }
+        out[mode] = _stage_costs(conn, backend, session, args, n)
     conn.execute("RESET synchronous_commit")
     return out
 
