@@ -55,6 +55,146 @@ def index_stats(conn) -> dict:
     return {name: (scans, read, fetched) for name, scans, read, fetched in rows}
 
 
+class _Producer(threading.Thread):
+    """Enqueues the measured jobs on its own connection, then keeps that connection open until
+    `finish()`: the backend's CPU time is read before it goes away."""
+
+    def __init__(self, url: str, args: dict, count: int, batch: int):
+        super().__init__(name="producer", daemon=True)
+        self.url, self.args, self.count, self.batch = url, args, count, batch
+        self.release = threading.Event()
+        self.enqueue_seconds = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with db.connect(self.url, application_name="jetencode-bench-producer") as producer:
+                self.enqueue_seconds = jobs.enqueue_many(producer, self.args, self.count, batch=self.batch)
+                self.release.wait(600)
+        except BaseException as exc:  # re-raised by finish()
+            self.error = exc
+
+    def finish(self) -> None:
+        self.release.set()
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _warm_up(conn, args: dict, warm: int) -> None:
+    jobs.enqueue_many(conn, args, warm)
+    done = jobs.wait_for(conn, "SELECT count(*) FROM jobs WHERE status = 'completed'", (), warm, 60)
+    if done < warm:
+        raise RuntimeError(f"warm-up: only {done}/{warm} jobs completed in 60 s")
+
+
+def _totals(conn, mark) -> tuple:
+    """(stages completed, stages not completed, seconds from the first enqueue to the last finish,
+    workers that claimed) of the jobs created after `mark`."""
+    return conn.execute(
+        """SELECT count(*) FILTER (WHERE t.state = 'completed'),
+                  count(*) FILTER (WHERE t.state <> 'completed'),
+                  extract(epoch FROM max(t.finished_at) - min(j.created_at)),
+                  count(DISTINCT t.claimed_by)
+             FROM jobs j JOIN queue_tasks t ON t.job_id = j.id AND t.placement <> 'cluster'
+            WHERE j.created_at > %s""",
+        [mark],
+    ).fetchone()
+
+
+def _rates_by_fifth(conn, mark) -> list[float]:
+    """Completions per second in each fifth of the span: a queue that slows down as it churns (dead
+    index entries at the head of the claim index) shows up as a falling series."""
+    fifths = conn.execute(
+        """WITH b AS (SELECT min(j.created_at) AS t0, max(t.finished_at) AS t1
+                        FROM jobs j JOIN queue_tasks t ON t.job_id = j.id WHERE j.created_at > %(m)s)
+           SELECT width_bucket(extract(epoch FROM t.finished_at - b.t0), 0,
+                               extract(epoch FROM b.t1 - b.t0) + 1e-6, 5) AS fifth,
+                  count(*) / (extract(epoch FROM b.t1 - b.t0) / 5)
+             FROM jobs j JOIN queue_tasks t ON t.job_id = j.id, b
+            WHERE j.created_at > %(m)s AND t.state = 'completed'
+            GROUP BY 1, b.t0, b.t1 ORDER BY 1""",
+        {"m": mark},
+    ).fetchall()
+    return [round(float(rate), 1) for _, rate in fifths]
+
+
+def _use_per_stage(before: dict, after: dict, stages: int) -> tuple[dict, dict]:
+    """The index_stats() difference per completed stage: (index use, sequential scans)."""
+    index_use, seq_scans = {}, {}
+    if not stages:
+        return index_use, seq_scans
+    for name, (scans, read, fetched) in after.items():
+        b = before.get(name, (0, 0, 0))
+        if name.startswith("seq:"):
+            seq_scans[name[4:]] = {
+                "seq_scans_per_stage": round((scans - b[0]) / stages, 2),
+                "rows_read_per_stage": round((read - b[1]) / stages, 1),
+            }
+        else:
+            index_use[name] = {
+                "scans_per_stage": round((scans - b[0]) / stages, 2),
+                "entries_read_per_stage": round((read - b[1]) / stages, 1),
+                "heap_fetches_per_stage": round((fetched - b[2]) / stages, 1),
+            }
+    return index_use, seq_scans
+
+
+def _cpu_per_stage(cpu: dict, stages: int) -> dict:
+    per_stage = (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / stages
+    ms = {
+        "workers": round(1000 * cpu["workers_cpu_seconds"] / stages, 3),
+        "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / stages, 3),
+        "total": round(1000 * per_stage, 3),
+    }
+    # The backends split by whom they serve: the workers' claims/finishes/heartbeats, the
+    # producer's enqueues, the bench's own polling and sampling.
+    for role, seconds in cpu.get("backends_cpu_seconds_by_role", {}).items():
+        ms[f"postgres_{role}"] = round(1000 * seconds / stages, 3)
+    return {
+        "cpu_ms_per_stage": ms,
+        # What the machine's cores would allow if this run had had them to itself.
+        "cpu_bound_stages_per_second": round(cpu["machine_cpus"] / per_stage, 1) if per_stage else None,
+    }
+
+
+def _measured_run(conn, url: str, database: str, pool: WorkerPool, producer: _Producer, count: int) -> dict:
+    """From the producer's first enqueue until every measured job is terminal, with the CPU of the
+    workers and PostgreSQL metered and the workers' backends sampled; then the run's totals."""
+    mark = db.scalar(conn, "SELECT clock_timestamp()")
+    indexes_before = index_stats(conn)
+    meter = CpuMeter(database, pool.pids(), url).start()
+    sampler = ActivitySampler(url)
+    sampler.start()
+    started = time.perf_counter()
+    producer.start()
+    finished = jobs.wait_for(
+        conn,
+        "SELECT count(*) FROM jobs WHERE created_at > %s AND status IN ('completed', 'failed', 'cancelled')",
+        [mark],
+        count,
+        timeout=120 + count / 10,
+        poll=0.05,
+    )
+    wall = time.perf_counter() - started
+    cpu = meter.stop()
+    activity = sampler.stop()
+    producer.finish()
+    stages, not_completed, span, workers_used = _totals(conn, mark)
+    return {
+        "indexes_before": indexes_before,
+        "finished": finished,
+        "wall": wall,
+        "cpu": cpu,
+        "activity": activity,
+        "stages": stages,
+        "not_completed": not_completed,
+        "span": float(span or wall),
+        "workers_used": workers_used,
+        "by_fifth": _rates_by_fifth(conn, mark),
+    }
+
+
 def measure(
     url: str,
     database: str,
@@ -69,131 +209,42 @@ def measure(
     log=print,
 ) -> dict:
     args = jobs.job_args(PAYLOAD)
-    release = threading.Event()  # the producer keeps its connection until its CPU time is read
+    producer = _Producer(url, args, count, batch)
     with db.connect(url) as conn:
         db.reset_queue(conn, analyze_empty=stale_statistics)
         pool = WorkerPool(url, workdir, processes, concurrency=concurrency, poll_seconds=poll_seconds)
         pool.start()
         try:
-            warm = processes * concurrency * 2
-            jobs.enqueue_many(conn, args, warm)
-            done = jobs.wait_for(conn, "SELECT count(*) FROM jobs WHERE status = 'completed'", (), warm, 60)
-            if done < warm:
-                raise RuntimeError(f"warm-up: only {done}/{warm} jobs completed in 60 s")
-            mark = db.scalar(conn, "SELECT clock_timestamp()")
-            indexes_before = index_stats(conn)
-            meter = CpuMeter(database, pool.pids(), url).start()
-            sampler = ActivitySampler(url)
-            sampler.start()
-            producer_error: list[BaseException] = []
-            enqueue_seconds = [0.0]
-
-            def produce() -> None:
-                try:
-                    with db.connect(url, application_name="jetencode-bench-producer") as producer:
-                        enqueue_seconds[0] = jobs.enqueue_many(producer, args, count, batch=batch)
-                        release.wait(600)  # the backend's CPU time is read before it goes away
-                except BaseException as exc:  # reported below
-                    producer_error.append(exc)
-
-            started = time.perf_counter()
-            thread = threading.Thread(target=produce, name="producer", daemon=True)
-            thread.start()
-            finished = jobs.wait_for(
-                conn,
-                "SELECT count(*) FROM jobs WHERE created_at > %s AND status IN ('completed', 'failed', 'cancelled')",
-                [mark],
-                count,
-                timeout=120 + count / 10,
-                poll=0.05,
-            )
-            wall = time.perf_counter() - started
-            cpu = meter.stop()
-            activity = sampler.stop()
-            release.set()
-            thread.join()
-            if producer_error:
-                raise producer_error[0]
-            row = conn.execute(
-                """SELECT count(*) FILTER (WHERE t.state = 'completed'),
-                          count(*) FILTER (WHERE t.state <> 'completed'),
-                          extract(epoch FROM max(t.finished_at) - min(j.created_at)),
-                          count(DISTINCT t.claimed_by)
-                     FROM jobs j JOIN queue_tasks t ON t.job_id = j.id AND t.placement <> 'cluster'
-                    WHERE j.created_at > %s""",
-                [mark],
-            ).fetchone()
-            # Completions per second in each fifth of the span: a queue that slows down as it churns
-            # (dead index entries at the head of the claim index) shows up as a falling series.
-            fifths = conn.execute(
-                """WITH b AS (SELECT min(j.created_at) AS t0, max(t.finished_at) AS t1
-                                FROM jobs j JOIN queue_tasks t ON t.job_id = j.id WHERE j.created_at > %(m)s)
-                   SELECT width_bucket(extract(epoch FROM t.finished_at - b.t0), 0,
-                                       extract(epoch FROM b.t1 - b.t0) + 1e-6, 5) AS fifth,
-                          count(*) / (extract(epoch FROM b.t1 - b.t0) / 5)
-                     FROM jobs j JOIN queue_tasks t ON t.job_id = j.id, b
-                    WHERE j.created_at > %(m)s AND t.state = 'completed'
-                    GROUP BY 1, b.t0, b.t1 ORDER BY 1""",
-                {"m": mark},
-            ).fetchall()
+            _warm_up(conn, args, processes * concurrency * 2)
+            run = _measured_run(conn, url, database, pool, producer, count)
         finally:
-            release.set()
+            producer.release.set()
             pool.stop()
         time.sleep(0.5)  # exited backends have flushed their statistics
         indexes_after = index_stats(conn)
-    stages, not_completed, span, workers_used = row
-    index_use, seq_scans = {}, {}
-    for name, (scans, read, fetched) in indexes_after.items():
-        b = indexes_before.get(name, (0, 0, 0))
-        if not stages:
-            continue
-        if name.startswith("seq:"):
-            seq_scans[name[4:]] = {
-                "seq_scans_per_stage": round((scans - b[0]) / stages, 2),
-                "rows_read_per_stage": round((read - b[1]) / stages, 1),
-            }
-        else:
-            index_use[name] = {
-                "scans_per_stage": round((scans - b[0]) / stages, 2),
-                "entries_read_per_stage": round((read - b[1]) / stages, 1),
-                "heap_fetches_per_stage": round((fetched - b[2]) / stages, 1),
-            }
-    span = float(span or wall)
+    stages, span, cpu = run["stages"], run["span"], run["cpu"]
+    index_use, seq_scans = _use_per_stage(run["indexes_before"], indexes_after, stages)
     result = {
         "worker_processes": processes,
         "slots": processes * concurrency,
         "jobs": count,
-        "jobs_finished": finished,
+        "jobs_finished": run["finished"],
         "stages_completed": stages,
-        "stages_not_completed": not_completed,
-        "workers_that_claimed": workers_used,
+        "stages_not_completed": run["not_completed"],
+        "workers_that_claimed": run["workers_used"],
         "span_seconds": round(span, 3),
-        "wall_seconds": round(wall, 3),
-        "enqueue_seconds": round(enqueue_seconds[0], 3),
+        "wall_seconds": round(run["wall"], 3),
+        "enqueue_seconds": round(producer.enqueue_seconds, 3),
         "producer_batch": batch,
         "stale_statistics": stale_statistics,
         "stages_per_second": round(stages / span, 1) if span > 0 else None,
-        "stages_per_second_by_fifth": [round(float(rate), 1) for _, rate in fifths],
+        "stages_per_second_by_fifth": run["by_fifth"],
         "cpu": cpu,
-        "worker_backends": activity,
+        "worker_backends": run["activity"],
         "index_use": index_use,
         "sequential_scans": seq_scans,
+        **(_cpu_per_stage(cpu, stages) if stages else {}),
     }
-    if stages:
-        per_stage = (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / stages
-        result["cpu_ms_per_stage"] = {
-            "workers": round(1000 * cpu["workers_cpu_seconds"] / stages, 3),
-            "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / stages, 3),
-            "total": round(1000 * per_stage, 3),
-        }
-        # The backends split by whom they serve: the workers' claims/finishes/heartbeats, the
-        # producer's enqueues, the bench's own polling and sampling.
-        for role, seconds in cpu.get("backends_cpu_seconds_by_role", {}).items():
-            result["cpu_ms_per_stage"][f"postgres_{role}"] = round(1000 * seconds / stages, 3)
-        # What the machine's cores would allow if this run had had them to itself.
-        result["cpu_bound_stages_per_second"] = (
-            round(cpu["machine_cpus"] / per_stage, 1) if per_stage else None
-        )
     label = " with statistics of the empty queue" if stale_statistics else ""
     log(
         f"  throughput {processes}x{concurrency}{label}: {result['stages_per_second']} stages/s "
