@@ -211,13 +211,45 @@ class Runner:
             }
 
     def run(self) -> int:
+        selected = self.selected()
+        started_at = datetime.now(UTC)
+        t0 = time.monotonic()
+        machine = self.prepare(selected)
+        try:
+            self.run_measurements(selected)
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+            if not self.args.keep_database:
+                db.drop_database(self.args.database)
+        machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        report = self.report(selected, started_at, time.monotonic() - t0, machine)
+        output = Path(self.args.output) if self.args.output else RESULTS
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print_table(report)
+        log(f"\nwrote {output}")
+        failed = [name for name in selected if "error" in (self.results.get(name) or {"error": "missing"})]
+        if failed:
+            log(f"measurements that failed: {', '.join(failed)}; worker logs kept in {self.workdir / 'logs'}")
+            return 1
+        if not self.args.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return 0
+
+    def selected(self) -> list[str]:
         args = self.args
         selected = list(args.only or (SMOKE_DEFAULT if args.profile == "smoke" else MEASUREMENTS))
         for name in selected:
             if name not in MEASUREMENTS:
                 raise SystemExit(f"unknown measurement {name!r}; choose from {', '.join(MEASUREMENTS)}")
-        started_at = datetime.now(UTC)
-        t0 = time.monotonic()
+        return selected
+
+    def prepare(self, selected: list[str]) -> dict:
+        """Create and migrate the bench database, point this process's Django at it; the machine's
+        description."""
+        args = self.args
         log(
             f"JetEncode benchmark ({args.profile}): {', '.join(selected)}; database {args.database} on "
             f"{db.server_url().rsplit('@', 1)[-1]}; work dir {self.workdir}"
@@ -232,97 +264,90 @@ class Runner:
 
         warnings.filterwarnings("ignore", message="No directory at")
         jobs.setup_django(self.url)
-        machine = machine_info(self.url)
+        return machine_info(self.url)
+
+    def run_measurements(self, selected: list[str]) -> None:
+        """Each selected measurement in MEASUREMENTS' order, each isolated by step()."""
+        if "throughput" in selected or "ceiling" in selected:
+            self.step(
+                "throughput+ceiling",
+                lambda: self.throughput_and_ceiling("throughput" in selected, "ceiling" in selected),
+            )
+            failure = self.results.pop("throughput+ceiling", None)  # None unless it raised
+            for name in ("throughput", "ceiling"):
+                if name in selected and name not in self.results:
+                    self.results[name] = failure or {"error": "no result"}
+        for name, measure in (
+            ("claim", self.measure_claim),
+            ("wakeup", self.measure_wakeup),
+            ("web", self.measure_web),
+            ("media", self.measure_media),
+            ("failover", self.measure_failover),
+        ):
+            if name in selected:
+                self.step(name, measure)
+
+    def measure_claim(self) -> dict:
+        from bench import claim_latency
+
         p = self.profile
-        try:
-            if "throughput" in selected or "ceiling" in selected:
-                self.step(
-                    "throughput+ceiling",
-                    lambda: self.throughput_and_ceiling("throughput" in selected, "ceiling" in selected),
-                )
-                failure = self.results.pop("throughput+ceiling", None)  # None unless it raised
-                for name in ("throughput", "ceiling"):
-                    if name in selected and name not in self.results:
-                        self.results[name] = failure or {"error": "no result"}
-            if "claim" in selected:
-                from bench import claim_latency
+        return claim_latency.measure(self.url, p["claim_sizes"], p["claim_samples"], log=log)
 
-                self.step(
-                    "claim",
-                    lambda: claim_latency.measure(self.url, p["claim_sizes"], p["claim_samples"], log=log),
-                )
-            if "wakeup" in selected:
-                from bench import wakeup
+    def measure_wakeup(self) -> dict:
+        from bench import wakeup
 
-                def wake() -> dict:
-                    out = {
-                        "notify": wakeup.measure(
-                            self.url,
-                            self.workdir,
-                            samples=p["wakeup_samples"],
-                            notify=True,
-                            poll_seconds=1.0,
-                            log=log,
-                        )
-                    }
-                    if p["wakeup_poll_samples"]:
-                        out["polling"] = wakeup.measure(
-                            self.url,
-                            self.workdir,
-                            samples=p["wakeup_poll_samples"],
-                            notify=False,
-                            poll_seconds=1.0,
-                            log=log,
-                        )
-                    return out
+        p = self.profile
+        out = {
+            "notify": wakeup.measure(
+                self.url, self.workdir, samples=p["wakeup_samples"], notify=True, poll_seconds=1.0, log=log
+            )
+        }
+        if p["wakeup_poll_samples"]:
+            out["polling"] = wakeup.measure(
+                self.url,
+                self.workdir,
+                samples=p["wakeup_poll_samples"],
+                notify=False,
+                poll_seconds=1.0,
+                log=log,
+            )
+        return out
 
-                self.step("wakeup", wake)
-            if "web" in selected:
-                from bench import web
+    def measure_web(self) -> dict:
+        from bench import web
 
-                self.step("web", lambda: web.measure(self.url, p["web_jobs"], p["web_samples"], log=log))
-            if "media" in selected:
-                from bench import media
+        return web.measure(self.url, self.profile["web_jobs"], self.profile["web_samples"], log=log)
 
-                self.step(
-                    "media",
-                    lambda: media.measure(
-                        self.url,
-                        self.workdir,
-                        self.media_root,
-                        clip_seconds=p["media_clip_seconds"],
-                        pairs=p["media_pairs"],
-                        log=log,
-                    ),
-                )
-            if "failover" in selected:
-                from bench import failover
+    def measure_media(self) -> dict:
+        from bench import media
 
-                self.step(
-                    "failover",
-                    lambda: failover.measure(
-                        self.url,
-                        self.workdir,
-                        repetitions=p["failover_repetitions"],
-                        cases=p["failover_cases"],
-                        log=log,
-                    ),
-                )
-        finally:
-            from django.db import connections
+        p = self.profile
+        return media.measure(
+            self.url,
+            self.workdir,
+            self.media_root,
+            clip_seconds=p["media_clip_seconds"],
+            pairs=p["media_pairs"],
+            log=log,
+        )
 
-            connections.close_all()
-            if not args.keep_database:
-                db.drop_database(args.database)
-        machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-        targets = evaluate(self.results, p)
-        report = {
+    def measure_failover(self) -> dict:
+        from bench import failover
+
+        p = self.profile
+        return failover.measure(
+            self.url, self.workdir, repetitions=p["failover_repetitions"], cases=p["failover_cases"], log=log
+        )
+
+    def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
+        p = self.profile
+        return {
             "suite": "jetencode-bench",
             "format": 1,
-            "profile": args.profile,
+            "profile": self.args.profile,
             "measurements": selected,
             "started_at": started_at.isoformat(timespec="seconds"),
-            "duration_seconds": round(time.monotonic() - t0, 1),
+            "duration_seconds": round(seconds, 1),
             "command": "python -m bench " + " ".join(sys.argv[1:]),
             "machine": machine,
             "noise": self.noise,
@@ -331,21 +356,9 @@ class Runner:
                 "worker_concurrency": CONCURRENCY,
                 "throughput_poll_seconds": THROUGHPUT_POLL_SECONDS,
             },
-            "targets": targets,
+            "targets": evaluate(self.results, p),
             "results": self.results,
         }
-        output = Path(args.output) if args.output else RESULTS
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print_table(report)
-        log(f"\nwrote {output}")
-        failed = [name for name in selected if "error" in (self.results.get(name) or {"error": "missing"})]
-        if failed:
-            log(f"measurements that failed: {', '.join(failed)}; worker logs kept in {self.workdir / 'logs'}")
-            return 1
-        if not args.keep_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-        return 0
 
 
 # ---- targets and the table --------------------------------------------------------------------
@@ -433,16 +446,15 @@ def _fmt(value, digits=1) -> str:
     return str(value)
 
 
-def print_table(report: dict) -> None:
-    results = report["results"]
-    rows: list[tuple[str, str, str]] = []
+def _throughput_rows(results: dict) -> list[tuple[str, str, str]]:
+    """(1) and (2): each throughput run beside the ceiling measured with as many connections."""
+    rows = []
     for run, ceiling in _pairs(results):
-        label = f"(1) throughput {run['worker_processes']}x{CONCURRENCY}" if run else ""
         if run:
             cpu = run.get("cpu_ms_per_stage") or {}
             rows.append(
                 (
-                    label,
+                    f"(1) throughput {run['worker_processes']}x{CONCURRENCY}",
                     f"{_fmt(run.get('stages_per_second'))} stages/s",
                     f"{run.get('stages_completed')} stages in {_fmt(run.get('span_seconds'), 2)} s; "
                     f"CPU {_fmt(cpu.get('total'), 2)} ms/stage (workers {_fmt(cpu.get('workers'), 2)}, "
@@ -474,6 +486,11 @@ def print_table(report: dict) -> None:
                 f"{seq:.1f} sequential scans/stage; CPU {_fmt((stale.get('cpu_ms_per_stage') or {}).get('total'), 2)} ms/stage",
             )
         )
+    return rows
+
+
+def _claim_rows(results: dict) -> list[tuple[str, str, str]]:
+    rows = []
     for size, data in (_get(results, "claim", "sizes") or {}).items():
         c, f = data.get("claim", {}), data.get("finish", {})
         rows.append(
@@ -489,6 +506,11 @@ def print_table(report: dict) -> None:
             f"{k.replace('_v1', '')} {v['cpu_ms']:.1f}" for k, v in costs.items() if k != "stage_total"
         )
         rows.append(("(3) PostgreSQL CPU per noop stage", f"{costs['stage_total']['cpu_ms']:.1f} ms", parts))
+    return rows
+
+
+def _wakeup_rows(results: dict) -> list[tuple[str, str, str]]:
+    rows = []
     for key, label in (("notify", "notifications"), ("polling", "polling only, 1 s")):
         w = _get(results, "wakeup", key)
         if w:
@@ -500,6 +522,11 @@ def print_table(report: dict) -> None:
                     f"claim began p50 {_fmt(d.get('p50_ms'))} / p99 {_fmt(d.get('p99_ms'))} ms",
                 )
             )
+    return rows
+
+
+def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
+    rows = []
     for name, e in (_get(results, "web", "endpoints") or {}).items():
         rows.append(
             (
@@ -518,12 +545,25 @@ def print_table(report: dict) -> None:
                 f"CPU {_fmt(m.get('cpu_ratio_median'), 3)} x; outside encode {_fmt(m.get('outside_encode_stage_median_seconds'), 2)} s",
             )
         )
+    return rows
+
+
+def print_table(report: dict) -> None:
     from bench import failover
 
-    rows += failover.table_rows(results.get("failover"))
-    for name, data in results.items():
-        if isinstance(data, dict) and "error" in data:
-            rows.append((name, "ERROR", data["error"][:70]))
+    results = report["results"]
+    rows = (
+        _throughput_rows(results)
+        + _claim_rows(results)
+        + _wakeup_rows(results)
+        + _web_and_media_rows(results)
+        + failover.table_rows(results.get("failover"))
+        + [
+            (name, "ERROR", data["error"][:70])
+            for name, data in results.items()
+            if isinstance(data, dict) and "error" in data
+        ]
+    )
     width = [max(len(r[i]) for r in rows) if rows else 10 for i in range(3)]
     print()
     for r in rows:
