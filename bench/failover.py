@@ -157,146 +157,181 @@ def _wait(conn, query: str, params, timeout: float, what: str, pools=()):
         time.sleep(0.02)
 
 
-def run_once(url: str, workdir, case: str, timing: Timing, prediction: dict) -> dict:
-    kind, phase = case.split("_")
-    sig = signal.SIGKILL if kind == "sigkill" else signal.SIGTERM
+DISPATCH_RUNNING = (
+    "SELECT true FROM queue_tasks WHERE job_id = %s AND placement = 'dispatch' AND state = 'running' "
+    "AND claimed_by = %s"
+)
+LATER_STAGE_RUNNING = """SELECT count(*) FILTER (WHERE state = 'completed') >= 1
+                                AND count(*) FILTER (WHERE state = 'running' AND claimed_by = %s) = 1
+                           FROM queue_tasks WHERE job_id = %s AND placement = 'job'"""
+
+
+@dataclass(frozen=True)
+class _Fault:
+    """The moment of the signal, in the database's time, and what the victim held then."""
+
+    at: datetime
+    last_beat: datetime
+    held_id: int | None
+    held_type: str | None
+    held_started: datetime | None
+    held_lease: datetime | None
+    counted: dict | None  # queue_scheduler_state.reassignments before the fault
+
+
+def _pools(url: str, workdir, timing: Timing) -> tuple[WorkerPool, WorkerPool]:
+    """The victim (one slot, so a job's children run one after the other) and the survivor."""
     env = timing.env()
+    victim = WorkerPool(
+        url, workdir, 1, concurrency=1, poll_seconds=timing.poll, extra_env=env, uid_prefix="failover-victim"
+    )
+    survivor = WorkerPool(
+        url,
+        workdir,
+        1,
+        concurrency=SURVIVOR_CONCURRENCY,
+        poll_seconds=timing.poll,
+        extra_env=env,
+        uid_prefix="failover-survivor",
+    )
+    return victim, survivor
+
+
+def _reach_phase(conn, victim: WorkerPool, survivor: WorkerPool, phase: str, timing: Timing):
+    """Start the victim, give it the job, start the survivor once the victim holds the dispatch, and
+    wait for the case's phase. The job's id."""
     seconds = later_stage_seconds(timing)
     params = (
         {"seconds": DISPATCH_SECONDS, "children": 0}
         if phase == "dispatch"
         else {"seconds": seconds, "children": 2}
     )
+    victim.start()
+    victim_uid = victim.uids[0]
+    job_id = conn.execute(jobs.ENQUEUE, jobs.job_args({"type": "noop", "params": params})).fetchone()[0]
+    _wait(conn, DISPATCH_RUNNING, [job_id, victim_uid], 30, "the victim to claim the dispatch", [victim])
+    survivor.start()
+    if phase == "dispatch":
+        query, args = DISPATCH_RUNNING, [job_id, victim_uid]
+    else:
+        query, args = LATER_STAGE_RUNNING, [victim_uid, job_id]
+    _wait(conn, query, args, 3 * seconds + 30, f"the {phase} phase", [victim, survivor])
+    return job_id
+
+
+def _signal(conn, job_id, victim: WorkerPool, sig: signal.Signals) -> _Fault:
+    # The database's clock, the victim's last heartbeat and the task it holds, then the signal at
+    # once (one round trip, ~1 ms, before it).
+    fault = _Fault(
+        *conn.execute(
+            """SELECT clock_timestamp(), w.last_heartbeat_at, t.id, t.task_type, t.started_at, t.lease_expires_at,
+                      (SELECT reassignments FROM queue_scheduler_state WHERE id = 1)
+                 FROM queue_workers w
+                 LEFT JOIN queue_tasks t ON t.job_id = %s AND t.state = 'running' AND t.claimed_by = w.uid
+                WHERE w.uid = %s""",
+            [job_id, victim.uids[0]],
+        ).fetchone()
+    )
+    os.kill(victim.procs[0].pid, sig)
+    if fault.held_id is None:
+        raise RuntimeError("the victim held no running task of the job when signalled")
+    return fault
+
+
+def _survivor_claim(conn, job_id, victim_uid: str, survivor_uid: str, sig, timeout: float):
+    """Poll (every POLL_EVERY) until the survivor has claimed a task of the job: (that task's id,
+    type, placement and execution as text; when the polling first saw the job leave the victim)."""
+    signalled = time.monotonic()
+    released_seen = None
+    while True:
+        now, assigned, execution, claim = conn.execute(
+            """SELECT clock_timestamp(), s.assigned_worker_uid, s.execution_id,
+                      (SELECT ARRAY[t.id::text, t.task_type, t.placement, t.execution_id::text]
+                         FROM queue_tasks t
+                        WHERE t.job_id = s.job_id AND t.claimed_by = %s AND t.started_at IS NOT NULL
+                        ORDER BY t.started_at LIMIT 1)
+                 FROM job_schedule s WHERE s.job_id = %s""",
+            [survivor_uid, job_id],
+        ).fetchone()
+        if released_seen is None and (assigned != victim_uid or execution != 1):
+            released_seen = now
+        if claim is not None:
+            return claim, released_seen
+        if time.monotonic() - signalled > timeout:
+            raise RuntimeError(
+                f"no task of job {job_id} claimed by the survivor {time.monotonic() - signalled:.0f}s "
+                f"after {sig.name} (assigned {assigned}, execution {execution})"
+            )
+        time.sleep(POLL_EVERY)
+
+
+def _audit_times(conn, held_id: int) -> tuple[datetime | None, datetime | None]:
+    """When the victim's task was recovered (its lease expired) and when it was handed back."""
+    recovered = db.scalar(
+        conn, "SELECT min(at) FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover'", [held_id]
+    )
+    handed_back = db.scalar(
+        conn,
+        "SELECT min(at) FROM queue_fence_audit WHERE task_id = %s AND operation = 'release' AND accepted",
+        [held_id],
+    )
+    return recovered, handed_back
+
+
+def _reassignments_since(conn, before: dict | None) -> dict:
+    # The counters are cumulative (the scheduler row survives reset_queue): this fault's share.
+    after = db.scalar(conn, "SELECT reassignments FROM queue_scheduler_state WHERE id = 1") or {}
+    before = before or {}
+    return {k: int(v) - int(before.get(k, 0)) for k, v in after.items() if int(v) != int(before.get(k, 0))}
+
+
+def _exit_code(victim: WorkerPool, sig: signal.Signals, timing: Timing) -> int | None:
+    """A SIGTERMed victim's exit status once it drained (None after a SIGKILL)."""
+    if sig != signal.SIGTERM:
+        return None
+    try:
+        return victim.procs[0].wait(timeout=timing.shutdown_grace + 20)
+    except Exception:
+        return None
+
+
+def run_once(url: str, workdir, case: str, timing: Timing, prediction: dict) -> dict:
+    kind, phase = case.split("_")
+    sig = signal.SIGKILL if kind == "sigkill" else signal.SIGTERM
     with db.connect(url) as conn:
         db.reset_queue(conn)
-        victim = WorkerPool(
-            url,
-            workdir,
-            1,
-            concurrency=1,
-            poll_seconds=timing.poll,
-            extra_env=env,
-            uid_prefix="failover-victim",
-        )
-        survivor = WorkerPool(
-            url,
-            workdir,
-            1,
-            concurrency=SURVIVOR_CONCURRENCY,
-            poll_seconds=timing.poll,
-            extra_env=env,
-            uid_prefix="failover-survivor",
-        )
+        victim, survivor = _pools(url, workdir, timing)
         try:
-            victim.start()
-            victim_uid = victim.uids[0]
-            job_id = conn.execute(jobs.ENQUEUE, jobs.job_args({"type": "noop", "params": params})).fetchone()[
-                0
-            ]
-            _wait(
-                conn,
-                "SELECT true FROM queue_tasks WHERE job_id = %s AND placement = 'dispatch' AND state = 'running' "
-                "AND claimed_by = %s",
-                [job_id, victim_uid],
-                30,
-                "the victim to claim the dispatch",
-                [victim],
+            job_id = _reach_phase(conn, victim, survivor, phase, timing)
+            victim_uid, survivor_uid = victim.uids[0], survivor.uids[0]
+            fault = _signal(conn, job_id, victim, sig)
+            claim, released_seen = _survivor_claim(
+                conn, job_id, victim_uid, survivor_uid, sig, prediction["high_s"] + 30
             )
-            survivor.start()
-            survivor_uid = survivor.uids[0]
-            if phase == "dispatch":
-                phase_query = (
-                    "SELECT true FROM queue_tasks WHERE job_id = %s AND placement = 'dispatch' AND state = 'running' "
-                    "AND claimed_by = %s"
-                )
-            else:
-                phase_query = """SELECT count(*) FILTER (WHERE state = 'completed') >= 1
-                                        AND count(*) FILTER (WHERE state = 'running' AND claimed_by = %s) = 1
-                                   FROM queue_tasks WHERE job_id = %s AND placement = 'job'"""
-            _wait(
-                conn,
-                phase_query,
-                [job_id, victim_uid] if phase == "dispatch" else [victim_uid, job_id],
-                3 * seconds + 30,
-                f"the {phase} phase",
-                [victim, survivor],
-            )
-            # The fault: the database's clock, the victim's last heartbeat and the task it holds, then
-            # the signal at once (one round trip, ~1 ms, before it).
-            at, last_beat, held_id, held_type, held_started, held_lease, counted = conn.execute(
-                """SELECT clock_timestamp(), w.last_heartbeat_at, t.id, t.task_type, t.started_at, t.lease_expires_at,
-                          (SELECT reassignments FROM queue_scheduler_state WHERE id = 1)
-                     FROM queue_workers w
-                     LEFT JOIN queue_tasks t ON t.job_id = %s AND t.state = 'running' AND t.claimed_by = w.uid
-                    WHERE w.uid = %s""",
-                [job_id, victim_uid],
-            ).fetchone()
-            os.kill(victim.procs[0].pid, sig)
-            signalled = time.monotonic()
-            if held_id is None:
-                raise RuntimeError("the victim held no running task of the job when signalled")
-
-            released_seen = None
-            deadline = time.monotonic() + prediction["high_s"] + 30
-            while True:
-                now, assigned, execution, claim = conn.execute(
-                    """SELECT clock_timestamp(), s.assigned_worker_uid, s.execution_id,
-                              (SELECT ARRAY[t.id::text, t.task_type, t.placement, t.execution_id::text]
-                                 FROM queue_tasks t
-                                WHERE t.job_id = s.job_id AND t.claimed_by = %s AND t.started_at IS NOT NULL
-                                ORDER BY t.started_at LIMIT 1)
-                         FROM job_schedule s WHERE s.job_id = %s""",
-                    [survivor_uid, job_id],
-                ).fetchone()
-                if released_seen is None and (assigned != victim_uid or execution != 1):
-                    released_seen = now
-                if claim is not None:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"no task of job {job_id} claimed by the survivor {time.monotonic() - signalled:.0f}s "
-                        f"after {sig.name} (assigned {assigned}, execution {execution})"
-                    )
-                time.sleep(POLL_EVERY)
             task_id = int(claim[0])
             started, created, available = conn.execute(
                 "SELECT started_at, created_at, available_at FROM queue_tasks WHERE id = %s", [task_id]
             ).fetchone()
-            recovered = db.scalar(
-                conn,
-                "SELECT min(at) FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover'",
-                [held_id],
-            )
-            handed_back = db.scalar(
-                conn,
-                "SELECT min(at) FROM queue_fence_audit WHERE task_id = %s AND operation = 'release' AND accepted",
-                [held_id],
-            )
-            # The counters are cumulative (the scheduler row survives reset_queue): this fault's share.
-            after = db.scalar(conn, "SELECT reassignments FROM queue_scheduler_state WHERE id = 1") or {}
-            before = counted or {}
-            reassignments = {
-                k: int(v) - int(before.get(k, 0)) for k, v in after.items() if int(v) != int(before.get(k, 0))
-            }
+            recovered, handed_back = _audit_times(conn, fault.held_id)
+            reassignments = _reassignments_since(conn, fault.counted)
             new_execution = int(claim[3]) > 1
             # A new execution's dispatch is created by the release itself; a cleared assignment is
             # seen by the polling (within POLL_EVERY, and never after the claim that needed it).
             released = created if new_execution else min(released_seen or started, started)
-            exit_code = None
-            if sig == signal.SIGTERM:
-                try:
-                    exit_code = victim.procs[0].wait(timeout=timing.shutdown_grace + 20)
-                except Exception:
-                    exit_code = None
+            at = fault.at
             sample = {
                 "case": case,
                 "job_id": str(job_id),
                 "victim": victim_uid,
                 "survivor": survivor_uid,
                 "signal": sig.name,
-                "held_task": {"id": held_id, "type": held_type, "running_for_s": _seconds(at, held_started)},
-                "victim_silent_at_fault_s": _seconds(at, last_beat),
-                "lease_left_at_fault_s": _seconds(held_lease, at),
+                "held_task": {
+                    "id": fault.held_id,
+                    "type": fault.held_type,
+                    "running_for_s": _seconds(at, fault.held_started),
+                },
+                "victim_silent_at_fault_s": _seconds(at, fault.last_beat),
+                "lease_left_at_fault_s": _seconds(fault.held_lease, at),
                 "claimed_task": {
                     "id": task_id,
                     "type": claim[1],
@@ -310,7 +345,7 @@ def run_once(url: str, workdir, case: str, timing: Timing, prediction: dict) -> 
                 "released_observed_by_polling": not new_execution,
                 "to_runnable_s": _seconds(max(available, released or available), at),
                 "reassignments": reassignments,
-                "victim_exit_code": exit_code,
+                "victim_exit_code": _exit_code(victim, sig, timing),
             }
             sample["within_prediction"] = (
                 prediction["low_s"] - 0.05 <= sample["to_next_stage_s"] <= (prediction["high_s"] + 0.05)
