@@ -136,8 +136,20 @@ class SoakReport:
         return sum(ops.get("rejected", 0) for ops in self.audit.values())
 
     def render(self) -> list[str]:
+        return [
+            *self._header_lines(),
+            *self._work_lines(),
+            *self._fault_lines(),
+            *self._failover_lines(),
+            *self._actor_lines(),
+            *self._stale_write_lines(),
+            *self._verdict_lines(),
+            "RESULT: " + ("PASS" if self.passed else "FAIL"),
+        ]
+
+    def _header_lines(self) -> list[str]:
         c = self.config
-        lines = [
+        return [
             f"JetEncode soak: {c['workers']} workers x {c['concurrency']} slots, {self.jobs_enqueued} noop jobs, "
             f"{self.load_seconds:.0f}s load + {self.drain_seconds:.0f}s drain (seed {self.seed})",
             f"  database      {self.database}",
@@ -145,23 +157,24 @@ class SoakReport:
             f"{c['recovery_interval']:g}s, stale {c['stale_worker']:g}s, reassign after {c['reassign_after']:g}s, "
             f"retry delays x{c['retry_delay_scale']:g}",
         ]
+
+    def _work_lines(self) -> list[str]:
+        """The jobs by status, the stages by state, the fenced writes accepted."""
         status = ", ".join(f"{n} {s}" for s, n in sorted(self.job_status.items(), key=lambda kv: -kv[1]))
-        lines.append(
-            f"  jobs          {self.jobs_enqueued} enqueued: {status}"
-            + ("" if self.drained else "  ** NOT DRAINED **")
-        )
         states = ", ".join(f"{n} {s}" for s, n in sorted(self.task_states.items(), key=lambda kv: -kv[1]))
-        lines.append(
+        accepted = {op: v.get("accepted", 0) for op, v in self.audit.items()}
+        return [
+            f"  jobs          {self.jobs_enqueued} enqueued: {status}"
+            + ("" if self.drained else "  ** NOT DRAINED **"),
             f"  stages        {self.tasks} tasks ({states}); {self.children} children; "
             f"{self.attempts} attempts; {self.reexecuted_jobs} jobs re-executed (moved off their worker or "
-            "redispatched)"
-        )
-        accepted = {op: v.get("accepted", 0) for op, v in self.audit.items()}
-        lines.append(
-            "  fenced writes accepted: " + ", ".join(f"{op} {n}" for op, n in sorted(accepted.items()) if n)
-        )
+            "redispatched)",
+            "  fenced writes accepted: " + ", ".join(f"{op} {n}" for op, n in sorted(accepted.items()) if n),
+        ]
+
+    def _fault_lines(self) -> list[str]:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
-        lines.append(f"  faults        {faults}")
+        lines = [f"  faults        {faults}"]
         if self.fault_details:
             lines.append(
                 "                ("
@@ -173,6 +186,10 @@ class SoakReport:
                 "                PostgreSQL down for "
                 + ", ".join(f"{s:.2f}s" for s in self.postgres_restart_seconds)
             )
+        return lines
+
+    def _failover_lines(self) -> list[str]:
+        """The drains and evacuations with their outcomes, and the reassignments by cause."""
         controls = []
         for kind in ("drain", "evacuate"):
             outcomes = self.fault_outcomes.get(kind, {})
@@ -180,45 +197,44 @@ class SoakReport:
             if outcomes:
                 text += " (" + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) + ")"
             controls.append(text)
-        lines.append(
-            "  failover      "
-            + ", ".join(controls)
-            + (
-                f"; the evacuations moved {self.evacuated_jobs} jobs at once"
-                if self.faults.get("evacuate")
-                else ""
-            )
+        moved = (
+            f"; the evacuations moved {self.evacuated_jobs} jobs at once"
+            if self.faults.get("evacuate")
+            else ""
         )
-        lines.append(
+        return [
+            "  failover      " + ", ".join(controls) + moved,
             "                reassignments by cause: "
-            + (", ".join(f"{k} {v}" for k, v in self.reassignments.items()) or "none")
-        )
-        lines.append(
+            + (", ".join(f"{k} {v}" for k, v in self.reassignments.items()) or "none"),
+        ]
+
+    def _actor_lines(self) -> list[str]:
+        """The worker processes and the operators."""
+        lines = [
             f"  workers       {self.worker_starts} process starts, {self.unexpected_worker_exits} unexpected exits"
-        )
-        ops = []
-        for action, outcomes in sorted(self.operators.items()):
-            ops.append(
-                f"{action} {sum(outcomes.values())} ("
-                + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
-                + ")"
-            )
+        ]
+        ops = [
+            f"{action} {sum(outcomes.values())} ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+            + ")"
+            for action, outcomes in sorted(self.operators.items())
+        ]
         lines.append("  operators     " + ("; ".join(ops) or "none"))
         if self.operator_failures:
             lines.append(f"  operator database errors: {self.operator_failures}")
+        return lines
+
+    def _stale_write_lines(self) -> list[str]:
+        """The stale writes the fence rejected, the prober's, and the monitor's samples."""
         rejected = {op: v.get("rejected", 0) for op, v in self.audit.items()}
-        lines.append(
+        lines = [
             f"  stale writes rejected: {self.stale_writes_rejected} ("
             + ", ".join(f"{op} {n}" for op, n in sorted(rejected.items()) if n)
             + ")"
-        )
+        ]
         if self.rejection_reasons:
-            lines.append(
-                "                by reason: "
-                + ", ".join(
-                    f"{r} {n}" for r, n in sorted(self.rejection_reasons.items(), key=lambda kv: -kv[1])
-                )
-            )
+            by_reason = sorted(self.rejection_reasons.items(), key=lambda kv: -kv[1])
+            lines.append("                by reason: " + ", ".join(f"{r} {n}" for r, n in by_reason))
         sent = sum(self.probes_sent.values())
         lines.append(
             f"  probes        {sent} stale writes sent on purpose: {self.probes_rejected} rejected, "
@@ -228,23 +244,18 @@ class SoakReport:
             f"  monitor       {self.stuck_samples} samples of 'running past lease' and {self.pinned_samples} of "
             "'pinned to a departed worker' with a violation"
         )
-        for note in self.harness_notes:
-            lines.append(f"  note          {note}")
+        return lines
+
+    def _verdict_lines(self) -> list[str]:
+        """The harness's notes, each invariant's result, where the worker logs were kept."""
+        lines = [f"  note          {note}" for note in self.harness_notes]
         passed = sum(1 for r in self.invariants if r["violations"] == 0 and not r.get("skipped"))
         lines.append(f"  invariants    {passed}/{len(self.invariants)} passed")
+        fields = ("name", "description", "violations", "examples", "checked", "skipped")
         for r in self.invariants:
-            lines.append(
-                "    "
-                + invariants.InvariantResult(
-                    **{
-                        k: r[k]
-                        for k in ("name", "description", "violations", "examples", "checked", "skipped")
-                    }
-                ).line()
-            )
+            lines.append("    " + invariants.InvariantResult(**{k: r[k] for k in fields}).line())
         if self.logs:
             lines.append(f"  worker logs   {self.logs}")
-        lines.append("RESULT: " + ("PASS" if self.passed else "FAIL"))
         return lines
 
     def to_json(self) -> str:
@@ -454,158 +465,200 @@ def run_soak(
     database_label: str | None = None,
     out: Callable[[str], None] = print,
 ) -> SoakReport:
-    seed = config.seed if config.seed is not None else random.SystemRandom().randrange(1, 10**9)
-    rng = random.Random(seed)
-    workdir = Path(config.workdir or tempfile.mkdtemp(prefix="jetencode-soak-"))
-    (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    report = SoakReport(
-        config=asdict(config),
-        seed=seed,
-        database=database_label
-        or (
-            f"private PostgreSQL on port {private_pg.port} (restarted under load)"
-            if private_pg
-            else "the configured server"
-        ),
-    )
-    env = _worker_env(config, database_url, workdir)
-    workers = [
-        WorkerProcess(
-            f"soak-{i + 1}",
-            concurrency=config.concurrency,
-            env=env,
-            logdir=workdir / "logs",
-            workspace=workdir / "workspace",
-        )
-        for i in range(config.workers)
-    ]
-    dbname = _fetch("SELECT current_database()")[0][0]
-    enqueued: list[Any] = []
-    monitor = Monitor(
-        database_url,
-        config.recovery_interval + config.slack,
-        out,
-        lambda: len(enqueued),
-        lease=config.lease,
-        reassign_after=config.reassign_after,
-    )
-    injector = chaos = prober = None
+    run = SoakRun(config, database_url, private_pg=private_pg, database_label=database_label, out=out)
     try:
         with RetryDelayScale(config.retry_delay_scale):
-            # 1. workers
-            for worker in workers:
-                worker.start()
-            _wait_registered(workers, seconds=90)
-            out(f"soak: {config.workers} workers registered; logs in {workdir / 'logs'}")
-            monitor.start()
-            # 2. load
-            if config.faults:
-                injector = FaultInjector(
-                    workers,
-                    admin_url=database_url,
-                    dbname=dbname,
-                    interval=config.fault_interval,
-                    lease=config.lease,
-                    recovery_interval=config.recovery_interval,
-                    reassign_after=config.reassign_after,
-                    rng=random.Random(rng.random()),
-                    private_pg=private_pg,
-                    restart_every=config.restart_every,
-                    on_event=lambda text: out(f"  fault: {text}"),
-                    window=config.duration,
-                )
-                injector.start()
-            if config.operators:
-                chaos = OperatorChaos(
-                    config.operator_interval, random.Random(rng.random()), cancel_weight=config.cancel_weight
-                )
-                chaos.start()
-            if config.probes:
-                prober = StaleWriteProber(config.probe_interval, random.Random(rng.random()), config.lease)
-                prober.start()
-            started = time.monotonic()
-            _load(config, rng, enqueued, started)
-            report.load_seconds = time.monotonic() - started
-            # 3. heal, resume, drain
-            if injector is not None:
-                injector.stop()
-            if chaos is not None:
-                chaos.stop()
-                resumer = OperatorChaos(1.0, rng)
-                resumed = resumer.resume_everything(time.monotonic() + 60)
-                out(
-                    f"soak: load over after {report.load_seconds:.0f}s ({len(enqueued)} jobs); "
-                    f"{resumed} paused jobs resumed; draining"
-                )
-            drain_started = time.monotonic()
-            report.drained = _drain(config.drain_timeout)
-            report.drain_seconds = time.monotonic() - drain_started
-            if prober is not None:
-                prober.stop()
-            monitor.stop()
-            # 4. stop the workers, then check
-            for worker in workers:
-                worker.shutdown()
-            results = _retry(lambda: _check(config, enqueued, prober))
+            run.start_workers()
+            run.start_actors()
+            run.load()
+            run.heal_and_drain()
+            results = run.stop_and_check()
     finally:
+        run.clean_up()
+    return run.finish(results)
+
+
+class SoakRun:
+    """One run's processes and actors, and the report they fill, phase by phase (the module
+    docstring); `run_soak` calls the phases in order."""
+
+    def __init__(self, config: SoakConfig, database_url: str, *, private_pg, database_label, out):
+        self.config = config
+        self.database_url = database_url
+        self.private_pg = private_pg
+        self.out = out
+        seed = config.seed if config.seed is not None else random.SystemRandom().randrange(1, 10**9)
+        self.rng = random.Random(seed)
+        self.workdir = Path(config.workdir or tempfile.mkdtemp(prefix="jetencode-soak-"))
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        self.report = SoakReport(
+            config=asdict(config),
+            seed=seed,
+            database=database_label
+            or (
+                f"private PostgreSQL on port {private_pg.port} (restarted under load)"
+                if private_pg
+                else "the configured server"
+            ),
+        )
+        env = _worker_env(config, database_url, self.workdir)
+        self.workers = [
+            WorkerProcess(
+                f"soak-{i + 1}",
+                concurrency=config.concurrency,
+                env=env,
+                logdir=self.workdir / "logs",
+                workspace=self.workdir / "workspace",
+            )
+            for i in range(config.workers)
+        ]
+        self.dbname = _fetch("SELECT current_database()")[0][0]
+        self.enqueued: list[Any] = []
+        self.monitor = Monitor(
+            database_url,
+            config.recovery_interval + config.slack,
+            out,
+            lambda: len(self.enqueued),
+            lease=config.lease,
+            reassign_after=config.reassign_after,
+        )
+        self.injector: FaultInjector | None = None
+        self.chaos: OperatorChaos | None = None
+        self.prober: StaleWriteProber | None = None
+
+    # -- the phases ----------------------------------------------------------------------------
+
+    def start_workers(self) -> None:
+        for worker in self.workers:
+            worker.start()
+        _wait_registered(self.workers, seconds=90)
+        self.out(f"soak: {self.config.workers} workers registered; logs in {self.workdir / 'logs'}")
+        self.monitor.start()
+
+    def start_actors(self) -> None:
+        """The fault injector, the operators and the stale-write prober, each with its own random
+        generator drawn from the run's (in this order, so a seed replays the run)."""
+        config = self.config
+        if config.faults:
+            self.injector = FaultInjector(
+                self.workers,
+                admin_url=self.database_url,
+                dbname=self.dbname,
+                interval=config.fault_interval,
+                lease=config.lease,
+                recovery_interval=config.recovery_interval,
+                reassign_after=config.reassign_after,
+                rng=random.Random(self.rng.random()),
+                private_pg=self.private_pg,
+                restart_every=config.restart_every,
+                on_event=lambda text: self.out(f"  fault: {text}"),
+                window=config.duration,
+            )
+            self.injector.start()
+        if config.operators:
+            self.chaos = OperatorChaos(
+                config.operator_interval, random.Random(self.rng.random()), cancel_weight=config.cancel_weight
+            )
+            self.chaos.start()
+        if config.probes:
+            self.prober = StaleWriteProber(
+                config.probe_interval, random.Random(self.rng.random()), config.lease
+            )
+            self.prober.start()
+
+    def load(self) -> None:
+        started = time.monotonic()
+        _load(self.config, self.rng, self.enqueued, started)
+        self.report.load_seconds = time.monotonic() - started
+
+    def heal_and_drain(self) -> None:
+        """Stop the faults and the operators, resume every paused job, wait until every job is
+        terminal; then stop the prober and the monitor."""
+        if self.injector is not None:
+            self.injector.stop()
+        if self.chaos is not None:
+            self.chaos.stop()
+            resumed = OperatorChaos(1.0, self.rng).resume_everything(time.monotonic() + 60)
+            self.out(
+                f"soak: load over after {self.report.load_seconds:.0f}s ({len(self.enqueued)} jobs); "
+                f"{resumed} paused jobs resumed; draining"
+            )
+        drain_started = time.monotonic()
+        self.report.drained = _drain(self.config.drain_timeout)
+        self.report.drain_seconds = time.monotonic() - drain_started
+        if self.prober is not None:
+            self.prober.stop()
+        self.monitor.stop()
+
+    def stop_and_check(self) -> list[invariants.InvariantResult]:
+        for worker in self.workers:
+            worker.shutdown()
+        return _retry(lambda: _check(self.config, self.enqueued, self.prober))
+
+    def clean_up(self) -> None:
         try:
-            for thread in (injector, chaos, prober, monitor):
+            for thread in (self.injector, self.chaos, self.prober, self.monitor):
                 if thread is not None and thread.is_alive():
                     thread.stop()
         finally:  # whatever went wrong above, never leave worker processes behind
-            for worker in workers:
+            for worker in self.workers:
                 if worker.alive():
                     worker.shutdown(timeout=5)
             reset_django_connection()
 
-    report.jobs_enqueued = len(enqueued)
-    report.invariants = [dict(asdict(r), passed=r.passed) for r in results]
-    if monitor.violating_samples:
-        report.invariants.append(
+    # -- the report ----------------------------------------------------------------------------
+
+    def finish(self, results: list[invariants.InvariantResult]) -> SoakReport:
+        report, config = self.report, self.config
+        report.jobs_enqueued = len(self.enqueued)
+        report.invariants = [dict(asdict(r), passed=r.passed) for r in results] + self.sampled_invariants()
+        report.stuck_samples = self.monitor.violating_samples
+        report.stuck_tasks = list(self.monitor.stuck.values())[:20]
+        report.pinned_samples = self.monitor.pinned_samples
+        report.pinned_jobs = list(self.monitor.pinned.values())[:20]
+        _figures(report)
+        self.record_faults()
+        self.record_operators_and_probes()
+        report.worker_starts = sum(w.starts for w in self.workers)
+        report.unexpected_worker_exits = sum(len(w.unexpected_exits) for w in self.workers)
+        if report.passed and not config.keep_logs and config.workdir is None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        else:
+            report.logs = str(self.workdir / "logs")
+        return report
+
+    def sampled_invariants(self) -> list[dict[str, Any]]:
+        """The monitor's two invariants, in the shape of the SQL checks' results."""
+        c, monitor = self.config, self.monitor
+        return [
             dict(
                 name="nothing_running_past_lease_sampled",
                 description=f"sampled every second during the run: no task ran past lease + "
-                f"{config.recovery_interval:g}s + {config.slack:g}s",
+                f"{c.recovery_interval:g}s + {c.slack:g}s",
                 violations=len(monitor.stuck),
                 examples=list(monitor.stuck.values())[:5],
                 checked=None,
                 skipped=None,
-                passed=False,
-            )
-        )
-    else:
-        report.invariants.append(
+                passed=not monitor.violating_samples,
+            ),
             dict(
-                name="nothing_running_past_lease_sampled",
-                description=f"sampled every second during the run: no task ran past lease + "
-                f"{config.recovery_interval:g}s + {config.slack:g}s",
-                violations=0,
-                examples=[],
+                name="pinned_jobs_move_sampled",
+                description=f"sampled every second during the run: no idle job stayed pinned to a draining worker "
+                f"past {c.recovery_interval:g}s + {c.slack:g}s, nor to a silent one past its failover delay "
+                f"({c.lease:g}s, {c.reassign_after:g}s with local work) + {c.recovery_interval:g}s + "
+                f"{c.slack:g}s",
+                violations=len(monitor.pinned),
+                examples=list(monitor.pinned.values())[:5],
                 checked=None,
                 skipped=None,
-                passed=True,
-            )
-        )
-    report.invariants.append(
-        dict(
-            name="pinned_jobs_move_sampled",
-            description=f"sampled every second during the run: no idle job stayed pinned to a draining worker "
-            f"past {config.recovery_interval:g}s + {config.slack:g}s, nor to a silent one past its failover delay "
-            f"({config.lease:g}s, {config.reassign_after:g}s with local work) + {config.recovery_interval:g}s + "
-            f"{config.slack:g}s",
-            violations=len(monitor.pinned),
-            examples=list(monitor.pinned.values())[:5],
-            checked=None,
-            skipped=None,
-            passed=not monitor.pinned,
-        )
-    )
-    report.stuck_samples = monitor.violating_samples
-    report.stuck_tasks = list(monitor.stuck.values())[:20]
-    report.pinned_samples = monitor.pinned_samples
-    report.pinned_jobs = list(monitor.pinned.values())[:20]
-    _figures(report)
-    if injector is not None:
+                passed=not monitor.pinned,
+            ),
+        ]
+
+    def record_faults(self) -> None:
+        injector, report = self.injector, self.report
+        if injector is None:
+            return
         report.faults = dict(injector.counts)
         report.fault_details = dict(injector.details)
         report.fault_outcomes = {k: dict(v) for k, v in injector.outcomes.items()}
@@ -614,23 +667,19 @@ def run_soak(
             report.harness_notes.append(f"drain/evacuate database errors: {dict(injector.failures)}")
         report.postgres_restart_seconds = [round(s, 2) for s in injector.restart_seconds]
         report.harness_notes += [f"fault not injected: {e}" for e in injector.errors[:5]]
-    if chaos is not None:
-        report.operators = {k: dict(v) for k, v in chaos.outcomes.items()}
-        report.operator_failures = dict(chaos.failures)
-    if prober is not None:
-        report.probes_sent = dict(prober.sent)
-        report.probes_rejected = sum(prober.rejected.values())
-        report.probes_replayed = prober.replayed
-        report.probes_accepted = list(prober.accepted)
-        if prober.failures:
-            report.harness_notes.append(f"prober database errors: {dict(prober.failures)}")
-    report.worker_starts = sum(w.starts for w in workers)
-    report.unexpected_worker_exits = sum(len(w.unexpected_exits) for w in workers)
-    if report.passed and not config.keep_logs and config.workdir is None:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        report.logs = str(workdir / "logs")
-    return report
+
+    def record_operators_and_probes(self) -> None:
+        chaos, prober, report = self.chaos, self.prober, self.report
+        if chaos is not None:
+            report.operators = {k: dict(v) for k, v in chaos.outcomes.items()}
+            report.operator_failures = dict(chaos.failures)
+        if prober is not None:
+            report.probes_sent = dict(prober.sent)
+            report.probes_rejected = sum(prober.rejected.values())
+            report.probes_replayed = prober.replayed
+            report.probes_accepted = list(prober.accepted)
+            if prober.failures:
+                report.harness_notes.append(f"prober database errors: {dict(prober.failures)}")
 
 
 def _wait_registered(workers: list[WorkerProcess], seconds: float) -> None:
