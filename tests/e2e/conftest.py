@@ -1,39 +1,30 @@
 """Fixtures for the end-to-end media tests: clips generated once per session, private
-media/output/workspace roots per test, and a launcher for real worker processes (tests.e2e.e2ekit)."""
+media/output/workspace roots per test, and real worker processes (the `start_worker` fixture of
+tests/conftest.py) that run real FFmpeg on them, sign their webhooks with the test secret and may
+send them to a local receiver."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from media import commands
-from media.ffmpeg import ffmpeg_path
-from tests.e2e.e2ekit import CLIPS, LONG_CLIP, Clips, Launcher, Roots
-
-
-def generate(out: Path, specs: dict[str, dict]) -> None:
-    """Generate clips with lavfi testsrc2 + sine, all FFmpeg runs in parallel."""
-    ffmpeg = ffmpeg_path()
-    procs = [
-        subprocess.Popen(
-            commands.synthetic_clip(out / name, ffmpeg=ffmpeg, **kwargs),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for name, kwargs in specs.items()
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode(errors="replace")
+from tests.kit.media import (
+    CLIPS,
+    LONG_CLIP,
+    SIGNED_LOCAL_WEBHOOKS,
+    WEBHOOK_SECRET,
+    Clips,
+    MediaRoots,
+    generate_clips,
+)
+from tests.kit.workers import worker_environment
 
 
 @pytest.fixture(scope="session")
 def clips(tmp_path_factory) -> Clips:
     out = tmp_path_factory.mktemp("e2e-clips")
-    generate(out, CLIPS)
+    generate_clips(out, CLIPS)
     return Clips(out)
 
 
@@ -41,20 +32,20 @@ def clips(tmp_path_factory) -> Clips:
 def long_clip(tmp_path_factory) -> Path:
     """20 s at 640x360: a rendition of it runs for seconds (longer with a slow preset)."""
     out = tmp_path_factory.mktemp("e2e-long")
-    generate(out, {"long.mp4": LONG_CLIP})
+    generate_clips(out, {"long.mp4": LONG_CLIP})
     return out / "long.mp4"
 
 
 @pytest.fixture
-def roots(tmp_path) -> Roots:
-    """Private media/output/workspace roots for one test, also set in this process's settings."""
-    roots = Roots.under(tmp_path)
-    with roots.settings():
+def roots(tmp_path) -> MediaRoots:
+    """Private media/output/workspace roots for one test, also set in this process's settings
+    (create_job checks inputs against them)."""
+    roots = MediaRoots.under(tmp_path)
+    with roots.settings(WEBHOOK_ALLOW_PRIVATE=True, WEBHOOK_SECRET=WEBHOOK_SECRET):
         yield roots
 
 
 @pytest.fixture
-def launcher(roots, tmp_path):
-    launcher = Launcher(roots, tmp_path / "logs")
-    yield launcher
-    launcher.stop_all()
+def worker_env(database_url, roots, tmp_path):
+    """Workers on this test's roots, signing their webhooks with the test secret."""
+    return worker_environment(database_url, tmp_path, **roots.environment(), **SIGNED_LOCAL_WEBHOOKS)

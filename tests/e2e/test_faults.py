@@ -15,18 +15,15 @@ from media.probe import probe
 from media.submission import create_job
 from scheduler import repository
 from scheduler.models import JobOutput
-from tests.e2e.e2ekit import ffmpeg_processes
-from tests.worker.workerkit import HEARTBEAT, one, sql, wait_for
+from tests.kit.db import job_status, one, sql
+from tests.kit.waiting import wait_for
+from tests.kit.workers import HEARTBEAT, processes_mentioning
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 
 def submit(params: dict) -> uuid.UUID:
     return create_job(None, {"type": "transcode", "params": params}).id
-
-
-def job_status(job) -> str:
-    return one("SELECT status FROM jobs WHERE id = %s", [job])
 
 
 def running_renditions(job) -> list[tuple]:
@@ -48,8 +45,8 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
-def test_cancelling_a_running_transcode_kills_ffmpeg_and_publishes_nothing(launcher, roots, long_clip):
-    worker = launcher.start("e2e-cancel", "--concurrency", "2")
+def test_cancelling_a_running_transcode_kills_ffmpeg_and_publishes_nothing(start_worker, roots, long_clip):
+    worker = start_worker("e2e-cancel", "--concurrency", "2")
     roots.add(long_clip, "src/long.mp4")
     # veryslow on 20 s of 640x360 takes about a minute here: the rendition is surely still running.
     job = submit({"input": "src/long.mp4", "ladder": [{"height": 360}], "preset": "veryslow"})
@@ -62,14 +59,16 @@ def test_cancelling_a_running_transcode_kills_ffmpeg_and_publishes_nothing(launc
         )
 
     wait_for(encoding, 60, "the rendition to report progress", workers=[worker])
-    procs = ffmpeg_processes(workspace)
+    procs = processes_mentioning(workspace)
     assert procs, "no FFmpeg process found for the running rendition"
     assert all("ffmpeg" in proc.name() for proc in procs), [p.cmdline() for p in procs]
 
     repository.cancel(job)
     cancelled_at = time.monotonic()
     wait_for(lambda: job_status(job) == "cancelled", 30, "the job to be cancelled", workers=[worker])
-    wait_for(lambda: not alive(procs) and not ffmpeg_processes(workspace, outputs), 10, "FFmpeg to be gone")
+    wait_for(
+        lambda: not alive(procs) and not processes_mentioning(workspace, outputs), 10, "FFmpeg to be gone"
+    )
     took = time.monotonic() - cancelled_at
     print(f"\ncancel -> job cancelled and FFmpeg gone in {took:.2f}s (heartbeat {HEARTBEAT:g}s)")
 
@@ -99,12 +98,12 @@ def test_cancelling_a_running_transcode_kills_ffmpeg_and_publishes_nothing(launc
     assert not outputs.exists() or not any(outputs.rglob("*")), sorted(outputs.rglob("*"))
     # The worker carries on and drains cleanly.
     assert worker.popen.poll() is None
-    assert launcher.drain(worker) == 0
+    assert worker.drain() == 0
 
 
-def test_a_killed_workers_transcode_is_redone_elsewhere_and_published_once(launcher, roots, long_clip):
+def test_a_killed_workers_transcode_is_redone_elsewhere_and_published_once(start_worker, roots, long_clip):
     timing = {"JETENCODE_REASSIGN_AFTER_SECONDS": "6", "JETENCODE_STALE_WORKER_SECONDS": "3"}
-    workers = {uid: launcher.start(uid, "--concurrency", "2", env=timing) for uid in ("e2e-a", "e2e-b")}
+    workers = {uid: start_worker(uid, "--concurrency", "2", env=timing) for uid in ("e2e-a", "e2e-b")}
     roots.add(long_clip, "src/long.mp4")
     job = submit(
         {"input": "src/long.mp4", "ladder": [{"height": 360}, {"height": 180}], "segment_seconds": 2}
@@ -113,7 +112,7 @@ def test_a_killed_workers_transcode_is_redone_elsewhere_and_published_once(launc
 
     # Whichever worker dispatched the job runs its renditions (they are pinned to it): kill it then.
     def rendition_encoding():
-        running, procs = running_renditions(job), ffmpeg_processes(first_workspace)
+        running, procs = running_renditions(job), processes_mentioning(first_workspace)
         return (running[0][1], procs) if running and procs else None
 
     victim_uid, victim_ffmpeg = wait_for(
@@ -170,5 +169,5 @@ def test_a_killed_workers_transcode_is_redone_elsewhere_and_published_once(launc
         info = probe(roots.job_outputs(job) / f"renditions/{name}.mp4")
         assert (info.video_codec, info.width, info.height, info.audio_codec) == ("h264", *size, "aac"), info
         assert abs(info.duration_seconds - 20.0) < 0.3, info
-    assert not ffmpeg_processes(roots.workspace, roots.outputs)
-    assert launcher.drain(survivor) == 0
+    assert not processes_mentioning(roots.workspace, roots.outputs)
+    assert survivor.drain() == 0

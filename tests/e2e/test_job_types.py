@@ -32,9 +32,11 @@ from media.models import MediaAsset
 from media.probe import MediaInfo, is_faststart, probe
 from media.submission import create_job
 from scheduler.models import JobOutput
-from tests.e2e.e2ekit import WEBHOOK_SECRET, Clips, Launcher, Roots, ffmpeg_processes
+from tests.kit.db import database_url, one, sql
+from tests.kit.media import SIGNED_LOCAL_WEBHOOKS, WEBHOOK_SECRET, Clips, MediaRoots
+from tests.kit.waiting import wait_for
 from tests.kit.web import Receiver
-from tests.worker.workerkit import one, sql, wait_for
+from tests.kit.workers import Workers, processes_mentioning, worker_environment
 
 # No django_db marker on these tests: they read the record the module fixture took (the fixture
 # opens the database itself and flushes it when done), so a flush after each of them would only add
@@ -46,7 +48,7 @@ FAST = {"preset": "ultrafast"}
 HOOK_PATH = "/hooks/jetencode"
 
 
-def lay_out_media(roots: Roots, clips: Clips) -> None:
+def lay_out_media(roots: MediaRoots, clips: Clips) -> None:
     for name in ("landscape", "portrait", "silent", "scenes"):
         roots.add(getattr(clips, name), f"src/{name}.mp4")
     # What `scan` finds: four videos (one in a subdirectory), a broken one, and a file that is no video.
@@ -166,7 +168,7 @@ class JobRun:
 
 @dataclass
 class Run:
-    roots: Roots
+    roots: MediaRoots
     jobs: dict[str, JobRun]
     assets: dict[str, dict[str, Any]]  # by path
     webhooks: list[tuple[str, dict[str, str], bytes]]
@@ -238,17 +240,22 @@ def submit(job_type: str, params: dict, **extra) -> uuid.UUID:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, clips, django_db_setup, django_db_blocker) -> Run:
     base = tmp_path_factory.mktemp("e2e-types")
-    roots = Roots.under(base)
+    roots = MediaRoots.under(base)
     lay_out_media(roots, clips)
-    launcher = Launcher(roots, base / "logs")
-    with django_db_blocker.unblock(), roots.settings(), Receiver() as receiver:
+    with (
+        django_db_blocker.unblock(),
+        roots.settings(WEBHOOK_ALLOW_PRIVATE=True, WEBHOOK_SECRET=WEBHOOK_SECRET),
+        Receiver() as receiver,
+    ):
+        env = worker_environment(database_url(), base, **roots.environment(), **SIGNED_LOCAL_WEBHOOKS)
+        workers = Workers(env, base / "logs")
         try:
             # What tests/conftest.py's autouse fixture does before each database test.
             sql(
                 "INSERT INTO queue_scheduler_state (id, rebalances, updated_at) VALUES (1, 0, now()) "
                 "ON CONFLICT DO NOTHING"
             )
-            worker = launcher.start(UID, "--concurrency", "2")
+            worker = workers.start(UID, "--concurrency", "2")
             started = time.monotonic()
             ids = {job_type: submit(job_type, params) for job_type, params in phase_one().items()}
             wait_for(lambda: all_done([ids["scan"], ids["public_scan"]]), 120, "the scans", workers=[worker])
@@ -265,11 +272,11 @@ def run(tmp_path_factory, clips, django_db_setup, django_db_blocker) -> Run:
             jobs = {job_type: snapshot_job(job_id) for job_type, job_id in ids.items()}
             assets = {a["path"]: a for a in MediaAsset.objects.values()}
             try:
-                exit_code = launcher.drain(worker)
+                exit_code = worker.drain()
             except AssertionError as exc:  # did not exit in time: reported by the drain test
                 exit_code = None
                 notes.append(str(exc))
-            leftovers = [" ".join(p.cmdline()) for p in ffmpeg_processes(roots.workspace, roots.outputs)]
+            leftovers = [" ".join(p.cmdline()) for p in processes_mentioning(roots.workspace, roots.outputs)]
             return Run(
                 roots,
                 jobs,
@@ -282,7 +289,7 @@ def run(tmp_path_factory, clips, django_db_setup, django_db_blocker) -> Run:
                 notes,
             )
         finally:
-            launcher.stop_all()
+            workers.stop_all()
             call_command("flush", interactive=False, verbosity=0)
 
 
@@ -624,7 +631,7 @@ CHECKS = {
 
 
 @pytest.mark.parametrize("job_type", JOB_TYPES)
-def test_job_type_end_to_end(run, job_type):
+def test_each_job_type_completes_and_publishes_what_it_promises(run, job_type):
     job = run.jobs[job_type]
     assert job.type == job_type
     check_completed(run, job)
@@ -637,7 +644,7 @@ def test_every_job_type_is_covered():
     assert set(REGISTERED) - {"noop"} == set(JOB_TYPES)
 
 
-def test_terminal_webhook_is_signed(run):
+def test_the_terminal_webhook_reaches_the_receiver_signed(run):
     """The thumbnail job's terminal webhook reached the local receiver, signed with the worker's
     JETENCODE_WEBHOOK_SECRET per Standard Webhooks."""
     job = run.jobs["thumbnail_generate"]
@@ -664,7 +671,7 @@ def test_terminal_webhook_is_signed(run):
         webhooks.verify(webhooks.generate_secret(), headers, body)
 
 
-def test_worker_drained_and_left_nothing_running(run):
+def test_the_worker_drains_and_leaves_nothing_running(run):
     assert run.worker_exit == 0, "\n".join(run.notes) or run.worker_log[-4000:]
     assert run.leftover_processes == []
     problems = [line for line in run.worker_log.splitlines() if " ERROR " in line or "Traceback" in line]

@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from media.submission import ValidationError, create_job
 from scheduler.models import Job
-from tests.worker.workerkit import one
+from tests.kit.db import one
 
 # No worker here: nothing needs committed data, so each test rolls back instead of flushing.
 pytestmark = pytest.mark.django_db
@@ -52,7 +52,7 @@ def media(roots, clips, tmp_path):
 @pytest.mark.parametrize(
     ("job_type", "params", "field", "words"), CASES, ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(CASES)]
 )
-def test_refused_at_submission(media, job_type, params, field, words):
+def test_submission_refuses_the_attempt_naming_its_field(media, job_type, params, field, words):
     with pytest.raises(ValidationError) as refused:
         create_job(None, {"type": job_type, "params": params})
     matching = [e for e in refused.value.errors if e["field"].startswith(field)]
@@ -66,7 +66,7 @@ def test_the_same_inputs_done_right_are_accepted(media):
     assert job.params["input"] == OK and job.status == "pending"
 
 
-def test_webhook_to_a_private_address_refused_unless_allowed(media, settings):
+def test_a_webhook_to_a_private_address_is_refused_unless_allowed(media, settings):
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": False}
     for url in ("http://127.0.0.1:9/hook", "http://169.254.169.254/latest", "file:///etc/passwd"):
         with pytest.raises(ValidationError) as refused:

@@ -19,6 +19,11 @@ from media import commands
 from media.ffmpeg import ffmpeg_path
 
 WEBHOOK_SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # base64 of 24 bytes; test-only
+# A worker that signs its webhooks with WEBHOOK_SECRET and may send them to a local receiver.
+SIGNED_LOCAL_WEBHOOKS = {
+    "JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true",
+    "JETENCODE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+}
 
 CLIPS = {
     # name: synthetic_clip kwargs
@@ -97,6 +102,14 @@ class MediaRoots:
         """Every file under OUTPUT_ROOT/<job id>/, temporary names included, relative and sorted."""
         root = self.job_outputs(job_id)
         return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+    def environment(self) -> dict[str, str]:
+        """These roots for a worker process."""
+        return {
+            "JETENCODE_MEDIA_ROOT": str(self.media),
+            "JETENCODE_OUTPUT_ROOT": str(self.outputs),
+            "JETENCODE_WORKSPACE_ROOT": str(self.workspace),
+        }
 
     def settings(self, **jetencode):
         """These roots in this process's Django settings (create_job checks inputs against them),

@@ -10,7 +10,9 @@ import time
 import pytest
 
 from scheduler import queries, repository
-from tests.worker.workerkit import LEASE, one, sql, wait_for
+from tests.kit.db import job_status, one, sql
+from tests.kit.waiting import wait_for
+from tests.kit.workers import LEASE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -23,10 +25,6 @@ def running_on(job):
         "SELECT claimed_by FROM queue_tasks WHERE job_id = %s AND state = 'running' ORDER BY id LIMIT 1",
         [job],
     )
-
-
-def status(job):
-    return one("SELECT status FROM jobs WHERE id = %s", [job])
 
 
 def execution(job):
@@ -78,7 +76,7 @@ def test_a_drained_worker_hands_its_pending_stages_to_another_worker_within_seco
     a.signal(signal.SIGTERM)
     signalled = time.monotonic()
     assert a.wait(15) == 0
-    wait_for(lambda: status(job) == "completed", 20, "the other worker to finish the job", workers=[a, b])
+    wait_for(lambda: job_status(job) == "completed", 20, "the other worker to finish the job", workers=[a, b])
     elapsed = time.monotonic() - signalled
     print(f"\nSIGTERM drain -> job completed on the other worker in {elapsed:.1f}s (reassignment delay 120s)")
 
@@ -117,7 +115,9 @@ def test_a_job_with_local_work_waits_for_the_delay_then_moves_with_outputs_once(
     (entry,) = queries.queue_list(job_id=job)
     assert f"for worker {a.uid} (has local work)" in entry.waiting_reason, entry.waiting_reason
 
-    wait_for(lambda: status(job) == "completed", 30, "the other worker to run a new execution", workers=[b])
+    wait_for(
+        lambda: job_status(job) == "completed", 30, "the other worker to run a new execution", workers=[b]
+    )
     assert execution(job) == 2
     assert "longer than the reassignment delay of 8s): new execution 2" in one(
         "SELECT log FROM jobs WHERE id = %s", [job]
@@ -147,7 +147,7 @@ def test_a_same_uid_restart_inside_the_window_resumes_the_job_in_place(start_wor
     again = start_worker("resume-a", "--concurrency", "1")
     assert again.session() != old_session
     wait_for(
-        lambda: status(job) == "completed", RETRY_BACKOFF + SLACK, "the restarted worker", workers=[again]
+        lambda: job_status(job) == "completed", RETRY_BACKOFF + SLACK, "the restarted worker", workers=[again]
     )
     assert execution(job) == 1  # affinity kept: same execution, same workspace
     assert tasks(job, 1) == [
@@ -173,14 +173,14 @@ def test_a_frozen_worker_that_resumes_is_fenced_and_does_not_take_the_job_back(s
 
     # Lost in its dispatch: released once the lease ran out, retried by the survivor after the backoff.
     wait_for(
-        lambda: running_on(job) == survivor.uid or status(job) == "completed",
+        lambda: running_on(job) == survivor.uid or job_status(job) == "completed",
         LEASE + RETRY_BACKOFF + SLACK,
         "the survivor to retry the dispatch",
         workers=[survivor],
     )
     print(f"\nSIGSTOP -> dispatch running on the survivor after {time.monotonic() - stopped:.1f}s")
     victim.signal(signal.SIGCONT)
-    wait_for(lambda: status(job) == "completed", 20, "the job to complete", workers=[survivor, victim])
+    wait_for(lambda: job_status(job) == "completed", 20, "the job to complete", workers=[survivor, victim])
     wait_for(
         lambda: one(
             "SELECT count(*) FROM queue_fence_audit WHERE job_id = %s AND session_id = %s AND NOT accepted",
@@ -211,7 +211,10 @@ def test_evacuating_a_busy_worker_moves_its_job_and_stops_its_stage(start_worker
 
     assert repository.evacuate_worker(a.uid) == 1
     wait_for(
-        lambda: status(job) == "completed", 15, "the other worker to run the new execution", workers=[a, b]
+        lambda: job_status(job) == "completed",
+        15,
+        "the other worker to run the new execution",
+        workers=[a, b],
     )
     wait_for(
         lambda: (

@@ -8,7 +8,9 @@ import time
 import pytest
 
 from scheduler import repository
-from tests.worker.workerkit import HEARTBEAT, LEASE, one, pid_alive, sql, wait_for
+from tests.kit.db import job_status, one, sql
+from tests.kit.waiting import wait_for
+from tests.kit.workers import HEARTBEAT, LEASE, pid_alive
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -19,10 +21,6 @@ def dispatch_tasks(job):
         "WHERE job_id = %s AND placement = 'dispatch' ORDER BY id",
         [job],
     )
-
-
-def job_status(job):
-    return one("SELECT status FROM jobs WHERE id = %s", [job])
 
 
 def running_on(job, uid):
@@ -175,7 +173,7 @@ def test_a_stopped_worker_is_fenced_out_and_its_processes_killed(start_worker, e
     assert z.wait(15) == 0
 
 
-def test_killed_connections_including_listen_mid_task(start_worker, enqueue):
+def test_it_reconnects_after_its_connections_are_killed_mid_task_and_a_second_sigterm_aborts(start_worker, enqueue):
     w = start_worker("conn", "--concurrency", "1")
     job = enqueue("noop", {"seconds": 4})
     wait_for(lambda: running_on(job, "conn"), 10, "the stage to run", workers=[w])

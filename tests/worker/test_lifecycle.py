@@ -9,7 +9,9 @@ import time
 import pytest
 
 from scheduler import repository
-from tests.worker.workerkit import GRACE, HEARTBEAT, one, pid_alive, sql, wait_for
+from tests.kit.db import one, sql
+from tests.kit.waiting import wait_for
+from tests.kit.workers import GRACE, HEARTBEAT, pid_alive
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -190,7 +192,7 @@ def test_a_worker_runs_cancels_fails_publishes_and_drains(start_worker, enqueue,
     assert "uid taken over" not in worker.output()
 
 
-def test_polling_only_worker_and_ctrl_c(start_worker, enqueue):
+def test_a_polling_only_worker_finds_work_and_a_second_ctrl_c_aborts_its_drain(start_worker, enqueue):
     worker = start_worker("poller", "--concurrency", "1", env={"JETENCODE_NOTIFY": "false"}, ready=False)
     worker.wait_ready(listening=False)
     assert not worker.connections("listen")

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from scheduler import repository
-from tests.worker.workerkit import one, sql
+from tests.kit.db import one, sql
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 

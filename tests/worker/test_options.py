@@ -1,13 +1,12 @@
 """`runworker` refuses bad options and timing with a clear message and exit status 2."""
 
-import os
 import subprocess
 import sys
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.worker.workerkit import ROOT, TIMING
+from tests.kit.workers import ROOT, worker_environment
 
 # Real processes for a few (the exit status and stderr as an operator sees them)...
 CASES = [
@@ -33,14 +32,8 @@ IN_PROCESS = [
 
 @pytest.mark.timeout(60)
 def test_bad_options_exit_2_with_a_clear_message(tmp_path):
-    base = {key: value for key, value in os.environ.items() if not key.startswith("JETENCODE_")}
     # Validation happens before any database access; the URL only keeps settings off the embedded DB.
-    base.update(
-        TIMING,
-        DATABASE_URL="postgresql://postgres@127.0.0.1:5432/postgres",
-        JETENCODE_WORKSPACE_ROOT=str(tmp_path / "ws"),
-        JETENCODE_VAR_DIR=str(ROOT / "var"),
-    )
+    base = worker_environment("postgresql://postgres@127.0.0.1:5432/postgres", tmp_path)
     procs = [
         (
             args,
