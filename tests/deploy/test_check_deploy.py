@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from deploy_support import BASE_DIR
+
+from tests.kit import ROOT
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +42,7 @@ def production_env(tmp_path):
 def manage(env, *args):
     return subprocess.run(
         [sys.executable, "manage.py", *args],
-        cwd=BASE_DIR,
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -52,7 +53,7 @@ def manage(env, *args):
 def python(env, code):
     return subprocess.run(
         [sys.executable, "-c", code],
-        cwd=BASE_DIR,
+        cwd=ROOT,
         env={**env, "DJANGO_SETTINGS_MODULE": "jetencode.settings"},
         capture_output=True,
         text=True,

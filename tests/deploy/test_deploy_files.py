@@ -9,10 +9,11 @@ import re
 
 import pytest
 import yaml
-from deploy_support import BASE_DIR
 from django.conf import settings
 
-DEPLOY = BASE_DIR / "deploy"
+from tests.kit import ROOT
+
+DEPLOY = ROOT / "deploy"
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,14 @@ import subprocess
 
 import pytest
 import yaml
-from deploy_support import BASE_DIR
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler import repository
+from tests.kit import ROOT
 
-PROMETHEUS = BASE_DIR / "deploy" / "prometheus"
-DASHBOARD = BASE_DIR / "deploy" / "grafana" / "jetencode.json"
+PROMETHEUS = ROOT / "deploy" / "prometheus"
+DASHBOARD = ROOT / "deploy" / "grafana" / "jetencode.json"
 SERIES = re.compile(r"\bjetencode_[a-z_]+")
 
 # The contract with the API (api/metrics.py): the names the rules and panels are written against.

@@ -1,8 +1,8 @@
 """Two worker machines, one PostgreSQL, and a link that breaks.
 
 Each worker is a real `manage.py runworker` process that reaches PostgreSQL over TCP through a proxy
-the test controls (tests/deploy/tcpproxy.py), as a worker on another host would. A job runs a real
-FFmpeg for about 20 s (`farm_encode`, tests/deploy/farm_stages.py). Whichever worker claims it is
+the test controls (tests/kit/tcpproxy.py), as a worker on another host would. A job runs a real
+FFmpeg for about 20 s (`farm_encode`, tests/kit/stages.py). Whichever worker claims it is
 then cut off for longer than its lease:
 
 - `cut`: the link fails loudly (connections reset, reconnects refused);
@@ -22,28 +22,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 
 import psutil
 import pytest
-from deploy_support import via_proxy, wait_for
-from django.db import connection
 
 from scheduler import repository
+from tests.kit.db import sql
+from tests.kit.tcpproxy import via_proxy
+from tests.kit.waiting import wait_for
+from tests.kit.workers import LEASE, STALE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-LEASE = 4.0
-STALE = 3.0
-TIMING = {
-    "JETENCODE_LEASE_SECONDS": str(LEASE),
-    "JETENCODE_HEARTBEAT_SECONDS": "1",
-    "JETENCODE_RECOVERY_INTERVAL_SECONDS": "1",
-    "JETENCODE_POLL_SECONDS": "0.5",
-    "JETENCODE_STALE_WORKER_SECONDS": str(STALE),
-    "JETENCODE_SHUTDOWN_GRACE_SECONDS": "3",
+# The workers' environment beyond the short timings of tests/kit/workers.py (lease LEASE, worker
+# silent after STALE).
+ENV = {
     "JETENCODE_LOG_JSON": "true",
-    "JETENCODE_EXTRA_STAGE_MODULES": str(Path(__file__).with_name("farm_stages.py")),
     # As docs/operations.md configures PostgreSQL: with JIT on, the background claim's plan gets
     # compiled on every call (about a second, holding the scheduler lock), which starves heartbeats.
     "PGOPTIONS": "-c jit=off",
@@ -51,19 +45,13 @@ TIMING = {
 ENCODE_SECONDS = 20
 
 
-def rows(sql: str, params=()) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
 def db_now():
-    return rows("SELECT now()")[0][0]
+    return sql("SELECT now()")[0][0]
 
 
 def fresh_active(uid: str) -> bool:
     return bool(
-        rows(
+        sql(
             "SELECT 1 FROM queue_workers WHERE uid = %s AND lifecycle = 'active' "
             "AND last_heartbeat_at > now() - make_interval(secs => %s)",
             [uid, STALE],
@@ -92,10 +80,19 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
 ):
     proxies = {uid: make_proxy() for uid in ("host-a", "host-b")}
     workers = {
-        uid: start_worker(uid, via_proxy(database_url, proxy), "--concurrency", "1", **TIMING)
+        uid: start_worker(
+            uid,
+            "--concurrency",
+            "1",
+            "--workspace",
+            str(tmp_path / uid / "workspace"),  # a machine of its own
+            database_url=via_proxy(database_url, proxy),
+            env=ENV,
+            ready=False,  # both start at once; their registration is awaited below
+        )
         for uid, proxy in proxies.items()
     }
-    wait_for(lambda: all(fresh_active(uid) for uid in workers), 60, message="both workers registered")
+    wait_for(lambda: all(fresh_active(uid) for uid in workers), 60, "both workers registered")
     # Every connection says whose it is in pg_stat_activity: worker uid and thread.
     roles = ("main", "heartbeat", "maintenance", "listen", "media-1", "background")
     expected = {f"jetencode-worker {uid} {role}" for uid in workers for role in roles}
@@ -104,13 +101,13 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
             expected
             <= {
                 name
-                for (name,) in rows(
+                for (name,) in sql(
                     "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
                 )
             }
         ),
         45,
-        message=f"connections named {sorted(expected)}",
+        f"connections named {sorted(expected)}",
     )
 
     marker = f"farm-{uuid.uuid4().hex}"
@@ -120,17 +117,17 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
     )
     task_id, lost_uid, token = wait_for(
         lambda: (
-            rows(
+            sql(
                 "SELECT id, claimed_by, lease_token FROM queue_tasks WHERE job_id = %s AND state = 'running'",
                 [job_id],
             )
             or [None]
         )[0],
         30,
-        message="the stage claimed",
+        "the stage claimed",
     )
     lost, survivor = workers[lost_uid], next(w for uid, w in workers.items() if uid != lost_uid)
-    wait_for(lambda: ffmpeg_of(lost, marker), 10, message=f"FFmpeg running on {lost_uid}")
+    wait_for(lambda: ffmpeg_of(lost, marker), 10, f"FFmpeg running on {lost_uid}")
     time.sleep(1.5)
 
     # --- the link of the worker running the stage breaks -------------------------------------
@@ -142,53 +139,53 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
     cut_at = time.monotonic()
 
     # It stops its own FFmpeg before its lease can expire in the database and be given away.
-    wait_for(lambda: not ffmpeg_of(lost, marker), LEASE + 2, message=f"{lost_uid} to kill its FFmpeg")
+    wait_for(lambda: not ffmpeg_of(lost, marker), LEASE + 2, f"{lost_uid} to kill its FFmpeg")
     wait_for(
-        lambda: rows("SELECT 1 FROM queue_tasks WHERE id = %s AND state <> 'running'", [task_id]),
+        lambda: sql("SELECT 1 FROM queue_tasks WHERE id = %s AND state <> 'running'", [task_id]),
         20,
-        message="the recovery loop to take the expired lease",
+        "the recovery loop to take the expired lease",
     )
     assert not ffmpeg_of(lost, marker)
 
     # Lost in its dispatch: the survivor's release pass clears the assignment (nothing of value is on
     # the lost worker) and the survivor retries the same task once the backoff ends.
     wait_for(
-        lambda: rows(
+        lambda: sql(
             "SELECT 1 FROM queue_tasks WHERE id = %s AND attempt = 2 AND state = 'running' AND claimed_by = %s",
             [task_id, survivor.uid],
         ),
         30,
-        message=f"{survivor.uid} to run the job's new execution",
+        f"{survivor.uid} to run the job's new execution",
     )
-    wait_for(lambda: ffmpeg_of(survivor, marker), 10, message=f"FFmpeg running on {survivor.uid}")
+    wait_for(lambda: ffmpeg_of(survivor, marker), 10, f"FFmpeg running on {survivor.uid}")
     assert not ffmpeg_of(lost, marker)
     assert time.monotonic() - cut_at > LEASE  # cut off for longer than its lease
 
     # --- the link returns ---------------------------------------------------------------------
     restored_at = db_now()
     proxy.restore()
-    wait_for(lambda: fresh_active(lost_uid), 20, message=f"{lost_uid} heartbeating again")
+    wait_for(lambda: fresh_active(lost_uid), 20, f"{lost_uid} heartbeating again")
 
     # The worker that came back takes new work (its slot is free: the old handler has stopped).
     probe = repository.enqueue_job(
         repository.NewJob("noop", {"seconds": 0}, required_worker_uid=lost_uid), stale_seconds=STALE
     )
     wait_for(
-        lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status = 'completed'", [probe]),
+        lambda: sql("SELECT 1 FROM jobs WHERE id = %s AND status = 'completed'", [probe]),
         30,
-        message=f"{lost_uid} to run a job after the partition",
+        f"{lost_uid} to run a job after the partition",
     )
 
     wait_for(
-        lambda: rows("SELECT 1 FROM jobs WHERE id = %s AND status IN ('completed', 'failed')", [job_id]),
+        lambda: sql("SELECT 1 FROM jobs WHERE id = %s AND status IN ('completed', 'failed')", [job_id]),
         ENCODE_SECONDS + 40,
-        message="the job to finish on the survivor",
+        "the job to finish on the survivor",
     )
-    assert rows("SELECT status FROM jobs WHERE id = %s", [job_id]) == [("completed",)]
+    assert sql("SELECT status FROM jobs WHERE id = %s", [job_id]) == [("completed",)]
     assert lost.alive() and survivor.alive()
 
     # --- exactly one accepted finish, nothing published twice ---------------------------------
-    tasks = rows(
+    tasks = sql(
         "SELECT id, execution_id, task_type, state, parent_task_id FROM queue_tasks "
         "WHERE job_id = %s AND placement <> 'cluster' ORDER BY id",
         [job_id],
@@ -199,23 +196,23 @@ def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
     children = [t for t in tasks if t[4] is not None]
     assert [(t[2], t[3], t[4]) for t in children] == [("noop", "completed", done)], tasks
 
-    finishes = rows(
+    finishes = sql(
         "SELECT task_id FROM queue_fence_audit WHERE job_id = %s AND operation = 'finish' AND accepted",
         [job_id],
     )
     assert sorted(finishes) == sorted([(done,), (children[0][0],)])
-    assert rows("SELECT name, task_id FROM job_outputs WHERE job_id = %s", [job_id]) == [("farm.mp4", done)]
+    assert sql("SELECT name, task_id FROM job_outputs WHERE job_id = %s", [job_id]) == [("farm.mp4", done)]
     output_dir = tmp_path / "outputs" / str(job_id)
     assert sorted(p.name for p in output_dir.iterdir()) == ["farm.mp4"]  # no stray temporary copy
 
     # --- the cut-off worker's late writes under the old lease were all rejected ----------------
-    stale = rows(
+    stale = sql(
         "SELECT operation, accepted, reason, at FROM queue_fence_audit "
         "WHERE task_id = %s AND lease_token = %s AND operation <> 'recover' ORDER BY id",
         [task_id, token],
     )
     assert not [s for s in stale if s[1]], f"a stale write was accepted: {stale}"
-    assert rows(
+    assert sql(
         "SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND operation = 'recover' AND accepted",
         [task_id],
     ) == [(1,)]

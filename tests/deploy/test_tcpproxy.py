@@ -4,7 +4,8 @@ import threading
 
 import psycopg
 import pytest
-from deploy_support import via_proxy
+
+from tests.kit.tcpproxy import via_proxy
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(60)]
 

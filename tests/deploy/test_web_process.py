@@ -14,9 +14,11 @@ import sys
 import urllib.request
 
 import pytest
-from deploy_support import BASE_DIR, wait_for
 from django.db import connection
 from django.test import Client, override_settings
+
+from tests.kit import ROOT
+from tests.kit.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -59,14 +61,14 @@ def test_gunicorn_serves_health_and_metrics_as_jetencode_web_with_json_logs(data
                 "-m",
                 "gunicorn",
                 "-c",
-                str(BASE_DIR / "deploy" / "gunicorn.conf.py"),
+                str(ROOT / "deploy" / "gunicorn.conf.py"),
                 "--bind",
                 f"127.0.0.1:{port}",
                 "--workers",
                 "1",
                 "jetencode.wsgi:application",
             ],
-            cwd=BASE_DIR,
+            cwd=ROOT,
             env=app_env(database_url, tmp_path, JETENCODE_LOG_JSON="true"),
             stdout=log,
             stderr=log,
@@ -80,7 +82,7 @@ def test_gunicorn_serves_health_and_metrics_as_jetencode_web_with_json_logs(data
             except OSError:
                 return None
 
-        status, body = wait_for(lambda: get("/healthz"), 60, interval=0.3, message="gunicorn to answer")
+        status, body = wait_for(lambda: get("/healthz"), 60, "gunicorn to answer", interval=0.3)
         assert (status, json.loads(body)) == (200, {"status": "ok", "database": "ok"})
         status, body = get("/metrics")
         assert status == 200 and "jetencode_recovery_last_run_timestamp_seconds" in body
@@ -105,7 +107,7 @@ def test_a_management_command_names_its_connection_after_itself(database_url, tm
     env = app_env(database_url, tmp_path)
     result = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=BASE_DIR,
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -117,7 +119,7 @@ def test_a_management_command_names_its_connection_after_itself(database_url, tm
     env["JETENCODE_APPLICATION_NAME"] = "jetencode-migrate-release-42"
     result = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=BASE_DIR,
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -140,8 +142,6 @@ def test_health_and_metrics_answer_plain_http_behind_tls():
 def test_gunicorn_config_keeps_an_operator_chosen_application_name(monkeypatch):
     monkeypatch.setenv("JETENCODE_APPLICATION_NAME", "jetencode-web-eu1")
     namespace: dict = {}
-    exec(
-        compile((BASE_DIR / "deploy" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"), namespace
-    )
+    exec(compile((ROOT / "deploy" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"), namespace)
     assert os.environ["JETENCODE_APPLICATION_NAME"] == "jetencode-web-eu1"
     assert namespace["worker_class"] == "gthread"

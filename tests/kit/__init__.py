@@ -17,3 +17,7 @@
 
 Fixtures stay in the conftest.py files (pytest's mechanism); they are built from these modules.
 """
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: manage.py, deploy/, var/

@@ -26,10 +26,10 @@ import psutil
 from django.conf import settings
 
 from scheduler import repository
+from tests.kit import ROOT
 from tests.kit.db import one, sql
 from tests.kit.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 TEST_STAGES = Path(__file__).resolve().with_name("stages.py")
 
 LEASE = 4.0
