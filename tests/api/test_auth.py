@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db
 NEW_JOB = {"type": "noop"}
 
 
-def test_it_refuses_anonymous_callers_with_401_and_a_bearer_challenge(anon):
-    response = anon.get("/v2/jobs")
+def test_it_refuses_anonymous_callers_with_401_and_a_bearer_challenge(anonymous_api):
+    response = anonymous_api.get("/v2/jobs")
     assert response.status_code == 401
     assert response["WWW-Authenticate"].startswith("Bearer")
     assert "Bearer" in response.json()["detail"]
@@ -30,20 +30,20 @@ def test_it_refuses_unknown_tokens(header):
     assert set(response.json()) == {"detail"}
 
 
-def test_it_refuses_revoked_tokens_and_tokens_of_inactive_users(olivia, token_for, bearer):
-    api = bearer(token_for(olivia))
+def test_it_refuses_revoked_tokens_and_tokens_of_inactive_users(bob, token_for, bearer):
+    api = bearer(token_for(bob))
     assert api.get("/v2/jobs").status_code == 200
-    ApiToken.objects.filter(user=olivia).update(revoked=True)
+    ApiToken.objects.filter(user=bob).update(revoked=True)
     assert api.get("/v2/jobs").json()["detail"] == "this API token has been revoked"
-    ApiToken.objects.filter(user=olivia).update(revoked=False)
-    olivia.is_active = False
-    olivia.save()
+    ApiToken.objects.filter(user=bob).update(revoked=False)
+    bob.is_active = False
+    bob.save()
     assert api.get("/v2/jobs").status_code == 401
 
 
-def test_it_stores_only_the_tokens_sha256_and_records_use(olivia, token_for, bearer):
-    raw = token_for(olivia)
-    token = ApiToken.objects.get(user=olivia)
+def test_it_stores_only_the_tokens_sha256_and_records_use(bob, token_for, bearer):
+    raw = token_for(bob)
+    token = ApiToken.objects.get(user=bob)
     assert token.token_hash == hashlib.sha256(raw.encode()).hexdigest()
     assert raw not in (token.token_hash, token.prefix, token.name)
     assert token.last_used_at is None
@@ -52,9 +52,9 @@ def test_it_stores_only_the_tokens_sha256_and_records_use(olivia, token_for, bea
     assert token.last_used_at is not None
 
 
-def test_a_bad_bearer_token_does_not_fall_back_to_the_session(olivia):
+def test_a_bad_bearer_token_does_not_fall_back_to_the_session(bob):
     client = Client()
-    client.force_login(olivia)
+    client.force_login(bob)
     assert client.get("/v2/jobs").status_code == 200
     assert client.get("/v2/jobs", headers={"Authorization": "Bearer jet_wrong"}).status_code == 401
 
@@ -64,17 +64,17 @@ MATRIX = [
     # persona  scope      GET  POST
     ("alice", "operate", 200, 201),  # admin (superuser)
     ("alice", "read", 200, 403),  # admin, but a read token
-    ("olivia", "operate", 200, 201),  # operator
-    ("olivia", "read", 200, 403),  # operator with a read token
-    ("victor", "read", 200, 403),  # viewer
-    ("victor", "operate", 200, 403),  # viewer: the scope is not enough without the permission
-    ("nora", "read", 403, 403),  # no group: nothing
-    ("nora", "operate", 403, 403),
+    ("bob", "operate", 200, 201),  # operator
+    ("bob", "read", 200, 403),  # operator with a read token
+    ("charlie", "read", 200, 403),  # viewer
+    ("charlie", "operate", 200, 403),  # viewer: the scope is not enough without the permission
+    ("dave", "read", 403, 403),  # no group: nothing
+    ("dave", "operate", 403, 403),
 ]
 
 
 @pytest.mark.parametrize("persona, scope, get_status, post_status", MATRIX)
-def test_scope_and_permission_matrix(request, token_for, bearer, persona, scope, get_status, post_status):
+def test_a_token_needs_both_the_scope_and_the_permission(request, token_for, bearer, persona, scope, get_status, post_status):
     user = request.getfixturevalue(persona)
     api = bearer(token_for(user, scope))
     assert api.get("/v2/jobs").status_code == get_status
@@ -86,19 +86,19 @@ def test_scope_and_permission_matrix(request, token_for, bearer, persona, scope,
         assert ("read scope" if scope == "read" else "permission") in response.json()["detail"]
 
 
-def test_read_scope_is_refused_on_every_unsafe_method(olivia, token_for, bearer, enqueue):
+def test_read_scope_is_refused_on_every_unsafe_method(bob, token_for, bearer, enqueue):
     job = enqueue()
-    api = bearer(token_for(olivia, "read"))
+    api = bearer(token_for(bob, "read"))
     assert api.post(f"/v2/queue/{job}/pause").status_code == 403
     assert api.patch(f"/v2/queue/{job}/priority", {"priority": 3}).status_code == 403
     assert api.post("/v2/workers/w-x/drain").status_code == 403
 
 
-def test_healthz_metrics_and_the_schema_need_no_credentials(anon):
-    assert anon.get("/healthz").status_code == 200
-    assert anon.get("/metrics").status_code == 200
-    assert anon.get("/v2/openapi.json").status_code == 200
-    assert anon.get("/v1/sysinfo").status_code == 401
+def test_healthz_metrics_and_the_schema_need_no_credentials(anonymous_api):
+    assert anonymous_api.get("/healthz").status_code == 200
+    assert anonymous_api.get("/metrics").status_code == 200
+    assert anonymous_api.get("/v2/openapi.json").status_code == 200
+    assert anonymous_api.get("/v1/sysinfo").status_code == 401
 
 
 # ---- session cookie (the dashboard's JavaScript) -------------------------------------------------
@@ -113,13 +113,13 @@ def csrf_client(user=None):
     return client, secret
 
 
-def test_session_callers_may_read_without_a_csrf_token(victor):
-    client, _ = csrf_client(victor)
+def test_session_callers_may_read_without_a_csrf_token(charlie):
+    client, _ = csrf_client(charlie)
     assert client.get("/v2/queue").status_code == 200
 
 
-def test_session_callers_need_the_csrf_token_for_changes(olivia):
-    client, secret = csrf_client(olivia)
+def test_session_callers_need_the_csrf_token_for_changes(bob):
+    client, secret = csrf_client(bob)
     refused = client.post("/v2/jobs", NEW_JOB, content_type="application/json")
     assert refused.status_code == 403
     assert "CSRF" in refused.json()["detail"]
@@ -129,17 +129,17 @@ def test_session_callers_need_the_csrf_token_for_changes(olivia):
     assert accepted.status_code == 201
 
 
-def test_a_wrong_csrf_token_is_refused(olivia):
-    client, _ = csrf_client(olivia)
+def test_a_wrong_csrf_token_is_refused(bob):
+    client, _ = csrf_client(bob)
     response = client.post(
         "/v2/jobs", NEW_JOB, content_type="application/json", headers={"X-CSRFToken": get_random_string(32)}
     )
     assert response.status_code == 403
 
 
-def test_session_viewers_may_not_change_anything_even_with_csrf(victor, enqueue):
+def test_session_viewers_may_not_change_anything_even_with_csrf(charlie, enqueue):
     job = enqueue()
-    client, secret = csrf_client(victor)
+    client, secret = csrf_client(charlie)
     response = client.post(f"/v2/queue/{job}/pause", headers={"X-CSRFToken": secret})
     assert response.status_code == 403
     assert "Operators" in response.json()["detail"]
@@ -150,9 +150,9 @@ def test_anonymous_unsafe_requests_get_401_not_a_csrf_error():
     assert client.post("/v2/jobs", NEW_JOB, content_type="application/json").status_code == 401
 
 
-def test_bearer_callers_need_no_csrf_token(operator):
-    operator.client = Client(enforce_csrf_checks=True)
-    assert operator.post("/v2/jobs", NEW_JOB).status_code == 201
+def test_bearer_callers_need_no_csrf_token(operator_api):
+    operator_api.client = Client(enforce_csrf_checks=True)
+    assert operator_api.post("/v2/jobs", NEW_JOB).status_code == 201
 
 
 # ---- create_api_token ---------------------------------------------------------------------------
@@ -164,27 +164,27 @@ def run_command(*args):
     return out.getvalue(), err.getvalue()
 
 
-def test_create_api_token_prints_the_raw_token_last(olivia, bearer):
-    out, err = run_command("olivia", "--scope", "operate", "--name", "ci")
+def test_create_api_token_prints_the_raw_token_last(bob, bearer):
+    out, err = run_command("bob", "--scope", "operate", "--name", "ci")
     raw = out.strip().splitlines()[-1]
     assert raw.startswith("jet_")
     assert err == ""
-    token = ApiToken.objects.get(user=olivia)
+    token = ApiToken.objects.get(user=bob)
     assert (token.scope, token.name, token.prefix) == ("operate", "ci", raw[:12])
     assert bearer(raw).post("/v2/jobs", NEW_JOB).status_code == 201
 
 
-def test_create_api_token_defaults_to_read_scope(victor, bearer):
-    out, _ = run_command("victor")
+def test_create_api_token_defaults_to_read_scope(charlie, bearer):
+    out, _ = run_command("charlie")
     raw = out.strip().splitlines()[-1]
-    assert ApiToken.objects.get(user=victor).scope == "read"
+    assert ApiToken.objects.get(user=charlie).scope == "read"
     assert bearer(raw).get("/v2/jobs").status_code == 200
 
 
-def test_create_api_token_warns_when_the_user_cannot_use_the_scope(victor, nora):
-    _, err = run_command("victor", "--scope", "operate")
+def test_create_api_token_warns_when_the_user_cannot_use_the_scope(charlie, dave):
+    _, err = run_command("charlie", "--scope", "operate")
     assert "Operators" in err
-    _, err = run_command("nora")
+    _, err = run_command("dave")
     assert "403" in err
 
 

@@ -22,6 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from scheduler import repository
+from tests.kit.db import claim
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 KNOWN = {"job_id": [], "uid": []}
@@ -37,21 +38,21 @@ def flatmap_path_parameters(context, path_parameters):
 
 
 @pytest.fixture
-def api_schema(db, olivia, token_for, failed_job, completed_job, enqueue, worker, claim):
+def api_schema(db, bob, token_for, failed_job, completed_job, enqueue, worker):
     # Requests go through Django's WSGI handler, which closes "old" connections at each request's
     # start and end; inside the test transaction that would close the connection under the test.
     # (The test client disconnects these receivers the same way while it runs a request.)
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
     running = enqueue()
-    claim(*worker)
+    assert claim(worker) is not None
     paused = enqueue()
     repository.pause(paused)
     pending = [enqueue(priority=p) for p in (0, 0, 5)]
     KNOWN["job_id"] = [str(j) for j in (failed_job, completed_job, running, paused, *pending)]
     KNOWN["uid"] = [worker[0]]
     schema = schemathesis.openapi.from_wsgi("/v2/openapi.json", get_wsgi_application())
-    schema.token = token_for(olivia, "operate")
+    schema.token = token_for(bob, "operate")
     yield schema
     KNOWN["job_id"], KNOWN["uid"] = [], []
     signals.request_started.connect(close_old_connections)

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api import system
 from scheduler import queries, repository
+from tests.kit.db import claim, lease_of
 
 pytestmark = pytest.mark.django_db
 
@@ -50,12 +51,12 @@ def value(samples, name, **labels):
 # ---- stats -------------------------------------------------------------------------------------
 
 
-def test_stats(viewer, enqueue, failed_job, completed_job, make_worker_row, claim):
-    uid, session = make_worker_row("w-gpu", limits={"cpu": 2, "gpu_ai": 1}, vram=12000)
+def test_stats_count_jobs_by_status_category_and_type(viewer_api, enqueue, failed_job, completed_job, make_worker_row):
+    gpu_worker = make_worker_row("w-gpu", limits={"cpu": 2, "gpu_ai": 1}, vram=12000)
     enqueue()
-    claim(uid, session)  # one running cpu stage
+    assert claim(gpu_worker) is not None  # one running cpu stage
     enqueue()
-    stats = viewer.get("/v2/stats").json()
+    stats = viewer_api.get("/v2/stats").json()
     assert stats["by_status"] == {
         "pending": 1,
         "running": 1,
@@ -76,20 +77,20 @@ def test_stats(viewer, enqueue, failed_job, completed_job, make_worker_row, clai
 # ---- sysinfo -----------------------------------------------------------------------------------
 
 
-def test_sysinfo_reports_this_process_host(viewer):
-    info = viewer.get("/v1/sysinfo").json()
+def test_sysinfo_reports_this_process_host(viewer_api):
+    info = viewer_api.get("/v1/sysinfo").json()
     assert info["cpu_count"] >= 1 and 0 <= info["cpu_percent"] <= 100 * info["cpu_count"]
     assert info["memory"]["total_bytes"] > 0 and info["disk"]["total_bytes"] > 0
     assert info["process"]["rss_bytes"] > 0
-    again = viewer.get("/v1/sysinfo").json()
+    again = viewer_api.get("/v1/sysinfo").json()
     assert again["sampled_at"] == info["sampled_at"]  # kept in memory between requests
 
 
 # ---- healthz -----------------------------------------------------------------------------------
 
 
-def test_healthz(anon):
-    response = anon.get("/healthz")
+def test_healthz_answers_ok_with_the_database(anonymous_api):
+    response = anonymous_api.get("/healthz")
     assert response.status_code == 200 and response.json() == {"status": "ok", "database": "ok"}
 
 
@@ -98,18 +99,18 @@ class _BrokenConnection:
         raise OperationalError("connection refused")
 
 
-def test_healthz_is_503_when_the_database_does_not_answer(anon, monkeypatch):
+def test_healthz_is_503_when_the_database_does_not_answer(anonymous_api, monkeypatch):
     monkeypatch.setattr(system, "connection", _BrokenConnection())
-    response = anon.get("/healthz")
+    response = anonymous_api.get("/healthz")
     assert response.status_code == 503 and response.json()["status"] == "unavailable"
 
 
 # ---- metrics -----------------------------------------------------------------------------------
 
 
-def test_metrics_exposes_every_agreed_name(anon, enqueue):
+def test_metrics_exposes_every_agreed_name(anonymous_api, enqueue):
     enqueue()
-    families, samples = scrape(anon)
+    families, samples = scrape(anonymous_api)
     assert METRIC_NAMES <= set(families)
     for name in ("jetencode_stale_writes_rejected", "jetencode_recoveries", "jetencode_retries"):
         assert families[name] == "counter"
@@ -122,10 +123,12 @@ def test_metrics_exposes_every_agreed_name(anon, enqueue):
     assert value(samples, "jetencode_recovery_last_run_timestamp_seconds") == 0
 
 
-def test_metrics_follow_the_queue(anon, enqueue, make_worker_row, claim, settings):
-    uid, session = make_worker_row("w-m", limits={"cpu": 4, "gpu_ai": 1}, vram=16000)
+def test_metrics_follow_the_queue(anonymous_api, enqueue, make_worker_row, settings):
+    gpu_worker = make_worker_row("w-m", limits={"cpu": 4, "gpu_ai": 1}, vram=16000)
+    uid, session = gpu_worker
     enqueue(max_attempts=3)
-    lease, task = claim(uid, session)
+    task = claim(gpu_worker)
+    lease = lease_of(task, gpu_worker)
 
     # A stale write: a finish carrying a lease token that is not the task's.
     stale = repository.Lease(task.id, uuid.uuid4(), uid, session)
@@ -134,7 +137,7 @@ def test_metrics_follow_the_queue(anon, enqueue, make_worker_row, claim, setting
     assert repository.fail(lease, "flaky", retryable=True).outcome == "retry_wait"
     # A recovery: another job's lease runs out and the recovery loop hands it back.
     enqueue()
-    claim(uid, session)
+    assert claim(gpu_worker) is not None
     with connection.cursor() as cursor:  # test setup: the lease ran out a second ago
         cursor.execute(
             "UPDATE queue_tasks SET lease_expires_at = now() - interval '1 second' WHERE state = 'running'"
@@ -143,17 +146,17 @@ def test_metrics_follow_the_queue(anon, enqueue, make_worker_row, claim, setting
     repository.note_recovery_ran()
     # A stuck task: a third job's lease expired long ago and nobody recovered it.
     enqueue()
-    claim(uid, session)
+    assert claim(gpu_worker) is not None
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE queue_tasks SET lease_expires_at = now() - interval '1 hour' WHERE state = 'running'"
         )
     # A completed stage for the duration histogram.
     enqueue()
-    done, _ = claim(uid, session)
+    done = lease_of(claim(gpu_worker), gpu_worker)
     repository.finish(done)
 
-    families, samples = scrape(anon)
+    families, samples = scrape(anonymous_api)
     assert value(samples, "jetencode_stale_writes_rejected_total") == 1
     assert value(samples, "jetencode_retries_total") == 2  # the failure and the recovery
     assert value(samples, "jetencode_recoveries_total") == 1
@@ -174,25 +177,25 @@ def test_metrics_follow_the_queue(anon, enqueue, make_worker_row, claim, setting
     assert value(samples, "jetencode_stage_duration_seconds_bucket", task_type="noop", le="+Inf") >= 1
 
 
-def test_oldest_pending_counts_runnable_unpaused_work(anon, enqueue):
+def test_oldest_pending_counts_runnable_unpaused_work(anonymous_api, enqueue):
     job_id = enqueue()
     with connection.cursor() as cursor:  # test setup: it became runnable ten minutes ago
         cursor.execute(
             "UPDATE job_schedule SET media_runnable_at = now() - interval '10 minutes' WHERE job_id = %s",
             [job_id],
         )
-    _, samples = scrape(anon)
+    _, samples = scrape(anonymous_api)
     assert 590 <= value(samples, "jetencode_oldest_pending_seconds") <= 700
     repository.pause(job_id)  # a paused job is not waiting for a slot
-    _, samples = scrape(anon)
+    _, samples = scrape(anonymous_api)
     assert value(samples, "jetencode_oldest_pending_seconds") == 0
 
 
 # ---- OpenAPI, docs, unknown URLs, server-side failures --------------------------------------------
 
 
-def test_the_openapi_document_and_the_docs(anon):
-    schema = anon.get("/v2/openapi.json").json()
+def test_the_openapi_document_lists_every_path_and_the_docs_render(anonymous_api):
+    schema = anonymous_api.get("/v2/openapi.json").json()
     assert schema["info"]["title"] == "JetEncode API"
     for path in (
         "/v2/jobs",
@@ -213,29 +216,29 @@ def test_the_openapi_document_and_the_docs(anon):
         assert path in schema["paths"], path
     assert set(schema["components"]["securitySchemes"]) == {"TokenAuth", "SessionAuth"}
     assert "security" not in schema["paths"]["/healthz"]["get"]
-    docs = anon.get("/v2/docs")
+    docs = anonymous_api.get("/v2/docs")
     assert docs.status_code == 200 and b"openapi.json" in docs.content
 
 
-def test_unknown_api_urls_are_json_404s(operator):
+def test_unknown_api_urls_are_json_404s(operator_api):
     for path in ("/v2/nothing", "/v2/jobs/a/b/c", "/v1/", "/v2/"):
-        response = operator.get(path)
+        response = operator_api.get(path)
         assert response.status_code == 404 and response.json() == {"detail": "not found"}, path
 
 
-def test_an_unexpected_error_is_a_json_500(viewer, monkeypatch):
+def test_an_unexpected_error_is_a_json_500(viewer_api, monkeypatch):
     def explode():
         raise RuntimeError("bug")
 
     monkeypatch.setattr(queries, "stats", explode)
-    response = viewer.get("/v2/stats")
+    response = viewer_api.get("/v2/stats")
     assert response.status_code == 500 and response.json() == {"detail": "internal server error"}
 
 
-def test_a_database_outage_is_a_json_503(viewer, monkeypatch):
+def test_a_database_outage_is_a_json_503(viewer_api, monkeypatch):
     def down(**kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
     monkeypatch.setattr(queries, "workers_overview", down)
-    response = viewer.get("/v2/workers")
+    response = viewer_api.get("/v2/workers")
     assert response.status_code == 503 and response.json() == {"detail": "the database is unavailable"}
