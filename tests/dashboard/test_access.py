@@ -8,6 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from scheduler import repository
+from tests.kit.personas import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -26,16 +27,10 @@ def job(enqueue):
     return enqueue("noop", {"seconds": 1})
 
 
-@pytest.fixture
-def worker(make_worker_row):
-    uid, _session = make_worker_row("w-access")
-    return uid
-
-
 def all_pages(job, worker):
     return [reverse(name, args=args) for name, args in PAGES] + [
         reverse("dashboard:job", args=[job]),
-        reverse("dashboard:worker", args=[worker]),
+        reverse("dashboard:worker", args=[worker[0]]),
     ]
 
 
@@ -63,7 +58,7 @@ def test_the_login_page_is_ours_and_logs_in(client, bob):
     page = client.get(reverse("login"))
     assert page.status_code == 200
     assert b"Log in to JetEncode" in page.content
-    response = client.post(reverse("login"), {"username": "bob", "password": "correct horse battery staple"})
+    response = client.post(reverse("login"), {"username": "bob", "password": PASSWORD})
     assert response.status_code == 302
     assert response["Location"] == reverse("dashboard:overview")
 
@@ -86,7 +81,7 @@ def test_a_user_without_a_group_may_see_nothing(nogroup_client, job, worker):
         assert nogroup_client.get(url).status_code == 403, url
 
 
-@pytest.mark.parametrize("who", ["viewer_client", "operator_client", "superuser_client"])
+@pytest.mark.parametrize("who", ["viewer_client", "operator_client", "admin_client"])
 def test_every_page_renders_for_every_role(request, who, job, worker):
     client = request.getfixturevalue(who)
     for url in all_pages(job, worker):
@@ -141,7 +136,7 @@ def test_the_viewer_gets_403_for_every_action(viewer_client, job, action, data):
 
 
 def test_the_viewer_gets_403_for_drain_create_and_library_actions(viewer_client, worker, job):
-    assert viewer_client.post(reverse("dashboard:worker_drain", args=[worker])).status_code == 403
+    assert viewer_client.post(reverse("dashboard:worker_drain", args=[worker[0]])).status_code == 403
     assert viewer_client.post(reverse("dashboard:job_new"), {"type": "noop"}).status_code == 403
     assert viewer_client.post(reverse("dashboard:library_action"), {"action": "validate"}).status_code == 403
 
@@ -159,8 +154,8 @@ def test_the_operator_may_act(operator_client, job):
     assert repository_state(job) == ("paused", True)
 
 
-def test_the_admin_may_act(superuser_client, job):
-    response = superuser_client.post(reverse("dashboard:job_action", args=[job, "cancel"]))
+def test_the_admin_may_act(admin_client, job):
+    response = admin_client.post(reverse("dashboard:job_action", args=[job, "cancel"]))
     assert response.status_code == 302
     assert repository_state(job)[0] == "cancelled"
 
@@ -193,7 +188,7 @@ def test_unknown_jobs_and_actions_are_404(operator_client, job):
     assert operator_client.get(reverse("dashboard:worker", args=["nobody-here"])).status_code == 404
 
 
-def test_repository_is_the_writer(operator_client, job, monkeypatch):
+def test_the_action_view_writes_through_the_repository_only(operator_client, job, monkeypatch):
     """The action view calls the repository; nothing else writes the queue."""
     calls = []
     monkeypatch.setattr(repository, "pause", lambda job_id: calls.append(job_id) or "paused")

@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from scheduler.models import Job, QueueWorker
+from scheduler.models import Job
+from tests.kit import ROOT
+from tests.kit.personas import PASSWORD
 
-ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 CHROMIUM = os.environ.get("JETENCODE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-PASSWORD = "correct horse battery staple"
 WAIT_MS = 20_000
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -102,50 +99,16 @@ def row(page, job_id):
 
 
 @pytest.fixture
-def worker(database_url, tmp_path):
-    """A real worker process against the live server's database, stopped before the flush."""
-    uid = f"browser-{os.getpid()}"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("JETENCODE_")}
-    env.update(
-        {
-            "DATABASE_URL": database_url,
-            "JETENCODE_VAR_DIR": str(tmp_path / "var"),
-            "JETENCODE_WORKSPACE_ROOT": str(tmp_path / "workspace"),
-            "JETENCODE_OUTPUT_ROOT": str(tmp_path / "outputs"),
-            "JETENCODE_MEDIA_ROOT": str(tmp_path / "media"),
-            "JETENCODE_POLL_SECONDS": "0.5",
-            "JETENCODE_HEARTBEAT_SECONDS": "0.5",
-            "JETENCODE_LEASE_SECONDS": "4",
-            "JETENCODE_RECOVERY_INTERVAL_SECONDS": "1",
-            "JETENCODE_SHUTDOWN_GRACE_SECONDS": "2",
-            "PYTHONUNBUFFERED": "1",
-        }
+def worker(start_worker):
+    """A real worker process against the live server's database (killed before the flush): its uid."""
+    worker = start_worker(
+        f"browser-{os.getpid()}",
+        "--concurrency",
+        "2",
+        # A cancellation reaches the stage within two heartbeats: keep them short.
+        env={"JETENCODE_HEARTBEAT_SECONDS": "0.5", "JETENCODE_SHUTDOWN_GRACE_SECONDS": "2"},
     )
-    log_path = tmp_path / "worker.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "runworker", "--uid", uid, "--concurrency", "2"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while not QueueWorker.objects.filter(uid=uid, lifecycle="active").exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the worker did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield uid
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+    return worker.uid
 
 
 def test_log_in_create_a_noop_job_and_watch_it_complete(page, bob, worker):
@@ -174,7 +137,7 @@ def test_log_in_create_a_noop_job_and_watch_it_complete(page, bob, worker):
     shot(page, "jobs")
 
 
-def test_reorder_two_queued_jobs(page, bob, enqueue):
+def test_an_operator_reorders_two_queued_jobs(page, bob, enqueue):
     first, second = enqueue("noop"), enqueue("noop")
     log_in(page, "bob")
     assert queue_order(page) == [str(first), str(second)]
@@ -205,7 +168,7 @@ def test_reorder_two_queued_jobs(page, bob, enqueue):
     assert row(page, second).locator("[data-priority]").inner_text() == "9"
 
 
-def test_pause_and_resume(page, bob, enqueue):
+def test_an_operator_pauses_and_resumes_a_job(page, bob, enqueue):
     job = enqueue("noop")
     log_in(page, "bob")
     row(page, job).locator('button[data-act="pause"]').click()
@@ -218,7 +181,7 @@ def test_pause_and_resume(page, bob, enqueue):
     assert row(page, job).locator('button[data-act="pause"]').count() == 1
 
 
-def test_cancel_a_running_job(page, bob, enqueue, worker):
+def test_an_operator_cancels_a_running_job(page, bob, enqueue, worker):
     job = enqueue("noop", {"seconds": 120})
     wait_for_status(job, "running")
     log_in(page, "bob")

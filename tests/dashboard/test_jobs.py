@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from scheduler import repository
 from scheduler.models import Job, JobOutput
+from tests.kit.db import claim, lease_of
 
 pytestmark = pytest.mark.django_db
 
@@ -35,9 +36,9 @@ def make_older(job_ids):
         Job.objects.filter(pk=job_id).update(created_at=timezone.now() - timedelta(seconds=count - index))
 
 
-def run_to_completion(uid, session, **finish):
-    task = repository.claim(uid, session, "media", 30)
-    lease = repository.Lease.of(task, uid, session)
+def run_to_completion(worker, **finish):
+    task = claim(worker)
+    lease = lease_of(task, worker)
     assert repository.finish(lease, **finish).outcome == "completed"
     return task
 
@@ -55,9 +56,10 @@ def test_the_table_shows_badges_progress_and_newest_first(viewer_client, enqueue
 
 
 def test_filters_by_status_type_category_and_worker(viewer_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-jobs")
+    worker = make_worker_row("w-jobs")
+    uid = worker[0]
     done = enqueue("noop")
-    run_to_completion(uid, session)
+    run_to_completion(worker)
     waiting = enqueue("noop", priority=5)
     gpu = enqueue("noop", required_category="gpu_encode", required_vram_mb=2000, hardware="gpu")
 
@@ -94,10 +96,10 @@ def test_ids_shows_just_those_jobs(viewer_client, enqueue):
 
 
 def test_the_table_polls_fast_only_while_something_is_unfinished(viewer_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-poll")
+    worker = make_worker_row("w-poll")
     enqueue("noop")
     assert 'data-poll="slow"' not in viewer_client.get(JOBS + "?partial=1").content.decode()
-    run_to_completion(uid, session)
+    run_to_completion(worker)
     assert 'data-poll="slow"' in viewer_client.get(JOBS + "?partial=1").content.decode()
 
 
@@ -202,10 +204,10 @@ def test_the_viewer_sees_no_form(viewer_client):
 
 
 def test_the_job_page_shows_stages_logs_and_controls(operator_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-page")
+    worker = make_worker_row("w-page")
     job = enqueue("noop", {"seconds": 30})
-    task = repository.claim(uid, session, "media", 30)
-    lease = repository.Lease.of(task, uid, session)
+    task = claim(worker)
+    lease = lease_of(task, worker)
     repository.report_progress(lease, 40, lines=["sleeping for 30 s", "<script>alert(1)</script>"])
     html = operator_client.get(reverse("dashboard:job", args=[job])).content.decode()
     assert 'data-job-status="running"' in html
@@ -220,18 +222,18 @@ def test_the_job_page_shows_stages_logs_and_controls(operator_client, enqueue, m
 
 
 def test_a_finished_job_page_stops_polling_and_offers_no_controls(operator_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-done")
+    worker = make_worker_row("w-done")
     job = enqueue("noop")
-    run_to_completion(uid, session)
+    run_to_completion(worker)
     html = operator_client.get(reverse("dashboard:job", args=[job]) + "?partial=1").content.decode()
     assert 'data-poll="stop"' in html
     assert "data-action" not in html
 
 
 def test_redispatch_starts_a_new_execution(operator_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-lost")
+    worker = make_worker_row("w-lost")
     job = enqueue("noop", {"seconds": 30})
-    repository.claim(uid, session, "media", 30)
+    assert claim(worker) is not None
     response = operator_client.post(
         reverse("dashboard:job_action", args=[job, "redispatch"]), HTTP_ACCEPT="application/json"
     )
@@ -240,7 +242,7 @@ def test_redispatch_starts_a_new_execution(operator_client, enqueue, make_worker
 
 
 def test_outputs_are_shown_as_images_and_playable_video(viewer_client, enqueue, make_worker_row, outputs):
-    uid, session = make_worker_row("w-out")
+    worker = make_worker_row("w-out")
     job = enqueue("noop")
     directory = outputs / str(job)
     directory.mkdir()
@@ -248,8 +250,7 @@ def test_outputs_are_shown_as_images_and_playable_video(viewer_client, enqueue, 
     (directory / "clip.mp4").write_bytes(b"\x00" * 2048)
     (directory / "segments.json").write_text("[]")
     run_to_completion(
-        uid,
-        session,
+        worker,
         outputs=[
             repository.Output("thumb.jpg", "image", 14),
             repository.Output("clip.mp4", "video", 2048),

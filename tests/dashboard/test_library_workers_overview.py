@@ -11,6 +11,7 @@ from dashboard import charts
 from media.models import MediaAsset
 from scheduler import repository
 from scheduler.models import Job, QueueSample
+from tests.kit.db import claim
 
 LIBRARY = "/dashboard/library"
 
@@ -61,7 +62,7 @@ def test_the_library_lists_metadata_and_validity(viewer_client, assets):
     assert 'name="asset"' not in html  # the viewer gets no checkboxes
 
 
-def test_search_and_filters(viewer_client, assets):
+def test_the_library_searches_and_filters_assets(viewer_client, assets):
     beach, broken, new = assets
     assert asset_ids(viewer_client.get(LIBRARY + "?q=beach").content.decode()) == [str(beach.id)]
     assert set(asset_ids(viewer_client.get(LIBRARY + "?directory=inbox").content.decode())) == {
@@ -148,7 +149,8 @@ def test_thumbnails_are_served_from_the_output_root_only(viewer_client, assets, 
 
 @pytest.fixture
 def busy_worker(make_worker_row, enqueue):
-    uid, session = make_worker_row("w-gpu", concurrency=4, limits={"cpu": 2, "gpu_encode": 2}, vram=8000)
+    worker = make_worker_row("w-gpu", concurrency=4, limits={"cpu": 2, "gpu_encode": 2}, vram=8000)
+    uid, session = worker
     repository.worker_heartbeat(
         uid,
         session,
@@ -160,7 +162,7 @@ def busy_worker(make_worker_row, enqueue):
         },
     )
     job = enqueue("noop", {"seconds": 60})
-    repository.claim(uid, session, "media", 30)
+    assert claim(worker) is not None
     return uid, job
 
 
@@ -184,7 +186,9 @@ def test_the_worker_page_lists_active_tasks_and_the_catalog(operator_client, bus
     assert reverse("dashboard:worker_drain", args=[uid]) in html
 
 
-def test_drain_and_its_409(operator_client, busy_worker, make_worker_row):
+def test_drain_marks_the_worker_draining_and_refuses_an_offline_one_with_409(
+    operator_client, busy_worker, make_worker_row
+):
     uid, _job = busy_worker
     url = reverse("dashboard:worker_drain", args=[uid])
     response = operator_client.post(url, HTTP_ACCEPT="application/json")
@@ -284,7 +288,7 @@ def test_buckets_sum_throughput_and_leave_gaps_in_depth():
     assert data["pending"][10] == 5.0 and data["pending"][11] is None
 
 
-def test_nice_axis_maxima():
+def test_axis_maxima_round_up_to_a_nice_number():
     assert [charts.nice_max(v) for v in (0, 3, 5, 11, 26, 99, 101, 740)] == [4, 4, 5, 20, 50, 100, 200, 1000]
 
 

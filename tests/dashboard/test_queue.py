@@ -12,16 +12,11 @@ from django.urls import reverse, set_script_prefix
 from dashboard.templatetags.dashboard import job_url
 from scheduler import repository
 from scheduler.models import Job
+from tests.kit.db import claim, lease_of
 
 pytestmark = pytest.mark.django_db
 
 QUEUE = "/dashboard/queue"
-
-
-def claim(uid, session):
-    task = repository.claim(uid, session, "media", 30)
-    assert task is not None
-    return task, repository.Lease.of(task, uid, session)
 
 
 def rows(html: str) -> list[str]:
@@ -62,9 +57,10 @@ def test_a_targeted_job_appears_under_its_worker_before_anyone_claims_it(
 
 
 def test_a_running_job_is_under_its_worker_and_shows_no_waiting_time(viewer_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-run")
+    worker = make_worker_row("w-run")
+    uid = worker[0]
     job = enqueue("noop")
-    claim(uid, session)
+    assert claim(worker) is not None
     html = viewer_client.get(QUEUE).content.decode()
     block = section(html, uid)
     assert str(job) in block
@@ -75,9 +71,9 @@ def test_a_running_job_is_under_its_worker_and_shows_no_waiting_time(viewer_clie
 
 
 def test_retry_wait_shows_a_countdown(viewer_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-retry")
+    worker = make_worker_row("w-retry")
     job = enqueue("noop")
-    _, lease = claim(uid, session)
+    lease = lease_of(claim(worker), worker)
     assert repository.fail(lease, "boom", retryable=True).outcome == "retry_wait"
     html = viewer_client.get(QUEUE).content.decode()
     row = html[html.index(f'data-job-id="{job}"') :]
@@ -88,9 +84,9 @@ def test_retry_wait_shows_a_countdown(viewer_client, enqueue, make_worker_row):
 
 
 def test_a_failed_job_offers_retry_only(operator_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-fail")
+    worker = make_worker_row("w-fail")
     job = enqueue("noop")
-    _, lease = claim(uid, session)
+    lease = lease_of(claim(worker), worker)
     assert repository.fail(lease, "bad input", retryable=False).outcome == "failed"
     html = operator_client.get(QUEUE).content.decode()
     row = html[html.index(f'data-job-id="{job}"') :]
@@ -181,9 +177,9 @@ def test_next_must_stay_on_this_site(operator_client, enqueue):
 
 
 def test_cancel_a_running_job_marks_it_cancelling(operator_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-cancel")
+    worker = make_worker_row("w-cancel")
     job = enqueue("noop", {"seconds": 60})
-    claim(uid, session)
+    assert claim(worker) is not None
     response = post(operator_client, job, "cancel")
     assert response.status_code == 200
     assert "next heartbeat" in response.json()["detail"]
@@ -193,9 +189,10 @@ def test_cancel_a_running_job_marks_it_cancelling(operator_client, enqueue, make
 
 
 def test_filters_by_state_and_worker(viewer_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-filter")
+    worker = make_worker_row("w-filter")
+    uid = worker[0]
     running = enqueue("noop")
-    claim(uid, session)
+    assert claim(worker) is not None
     waiting = enqueue("noop")
     html = viewer_client.get(QUEUE + "?state=pending").content.decode()
     assert rows(html) == [str(waiting)]
@@ -248,14 +245,15 @@ def expected_controls(job, *, paused=False) -> dict[str, str]:
 
 
 def test_every_rows_link_and_controls_point_at_that_rows_job(operator_client, enqueue, make_worker_row):
-    uid, session = make_worker_row("w-links")
+    worker = make_worker_row("w-links")
+    uid = worker[0]
     failed = enqueue("noop", max_attempts=1)
-    _, lease = claim(uid, session)
+    lease = lease_of(claim(worker), worker)
     assert repository.fail(lease, "bad input", retryable=False).outcome == "failed"
     running = enqueue("noop", {"seconds": 60})
-    claim(uid, session)
+    assert claim(worker) is not None
     cancelling = enqueue("noop", {"seconds": 60})
-    claim(uid, session)
+    assert claim(worker) is not None
     repository.cancel(cancelling)
     waiting = [enqueue("noop") for _ in range(3)]
     paused = enqueue("noop")
