@@ -1,10 +1,11 @@
-"""Security fixtures: the four personas on both transports, a hostile media root, and a fingerprint
-of everything a request could change (to prove a refused request changed nothing).
+"""Security fixtures: the cast's roles on both transports, a hostile media root, and fresh targets
+for every request (tests/kit/matrix.py's World).
 
-Personas: anonymous; viewer (Viewers group); operator (Operators group); admin (superuser).
-Transports: a bearer token (the viewer's token has *operate* scope, so only the permission stops it)
-and the session cookie with CSRF enforced (`Client(enforce_csrf_checks=True)`), sending the
-csrftoken cookie's value in `X-CSRFToken` on unsafe methods like the dashboard's scripts do.
+Roles (tests/kit/personas.py): anonymous; viewer (charlie, Viewers); operator (bob, Operators);
+admin (alice, superuser). Transports (tests/kit/web.py's Caller): a bearer token (the viewer's
+token has *operate* scope, so only the permission stops him) and the session cookie with CSRF
+enforced (`Client(enforce_csrf_checks=True)`), sending the csrftoken cookie's value in
+`X-CSRFToken` on unsafe methods like the dashboard's scripts do.
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ import os
 from pathlib import Path
 
 import pytest
-from securityhelpers import Caller, World
 
-
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+from tests.kit.matrix import World
+from tests.kit.web import Caller
 
 
 @pytest.fixture(autouse=True)
@@ -28,12 +26,13 @@ def _no_private_webhooks(settings):
 
 @pytest.fixture
 def caller(db):
+    """caller(role, transport="token") -> the Caller for that role and transport (one per test)."""
     made: dict[tuple[str, str], Caller] = {}
 
-    def get(persona: str, transport: str = "token") -> Caller:
-        key = (persona, transport)
+    def get(role: str, transport: str = "token") -> Caller:
+        key = (role, transport)
         if key not in made:
-            made[key] = Caller(persona, transport)
+            made[key] = Caller(role, transport)
         return made[key]
 
     return get

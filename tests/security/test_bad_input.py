@@ -10,10 +10,10 @@ import json
 
 import pytest
 from django.urls import reverse
-from securityhelpers import counts
 
 from media import jobtypes
 from media.jobtypes import JOB_TYPES
+from tests.kit.matrix import counts
 
 pytestmark = pytest.mark.django_db
 

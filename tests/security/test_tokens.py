@@ -17,10 +17,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from securityhelpers import ADMIN_ACTIONS, API, SAFE, dashboard_actions, fingerprint, make_target
 
 from api import auth
 from api.models import ApiToken, hash_token
+from tests.kit.matrix import ADMIN_ACTIONS, API, SAFE, dashboard_actions, fingerprint, make_target
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,9 +121,9 @@ def test_revoked_tokens_are_refused(caller):
 # ---- CSRF on every cookie-authenticated change ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("persona", ["operator", "admin"])
-def test_every_api_mutation_by_cookie_needs_the_csrf_token(caller, world, persona):
-    who = caller(persona, "session")
+@pytest.mark.parametrize("role", ["operator", "admin"])
+def test_every_api_mutation_by_cookie_needs_the_csrf_token(caller, world, role):
+    who = caller(role, "session")
     missing = []
     for (method, template), (make, success, _effect) in API.items():
         if method in SAFE:
