@@ -74,7 +74,9 @@ MATRIX = [
 
 
 @pytest.mark.parametrize("persona, scope, get_status, post_status", MATRIX)
-def test_a_token_needs_both_the_scope_and_the_permission(request, token_for, bearer, persona, scope, get_status, post_status):
+def test_a_token_needs_both_the_scope_and_the_permission(
+    request, token_for, bearer, persona, scope, get_status, post_status
+):
     user = request.getfixturevalue(persona)
     api = bearer(token_for(user, scope))
     assert api.get("/v2/jobs").status_code == get_status

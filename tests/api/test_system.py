@@ -51,7 +51,9 @@ def value(samples, name, **labels):
 # ---- stats -------------------------------------------------------------------------------------
 
 
-def test_stats_count_jobs_by_status_category_and_type(viewer_api, enqueue, failed_job, completed_job, make_worker_row):
+def test_stats_count_jobs_by_status_category_and_type(
+    viewer_api, enqueue, failed_job, completed_job, make_worker_row
+):
     gpu_worker = make_worker_row("w-gpu", limits={"cpu": 2, "gpu_ai": 1}, vram=12000)
     enqueue()
     assert claim(gpu_worker) is not None  # one running cpu stage

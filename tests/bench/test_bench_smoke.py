@@ -63,7 +63,7 @@ def test_smoke_run_writes_its_json(tmp_path):
     assert left == 0, "the bench database is dropped at the end"
 
 
-def test_failover_predictions_and_analysis():
+def test_the_failover_bench_predicts_and_analyses_its_timings():
     """bench/failover.py's arithmetic, on made-up samples (no workers)."""
     from bench import failover
 

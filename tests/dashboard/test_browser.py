@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
 from scheduler.models import Job
 from tests.kit import ROOT
+from tests.kit.db import job_status
 from tests.kit.personas import PASSWORD
+from tests.kit.waiting import wait_for
 
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 CHROMIUM = os.environ.get("JETENCODE_CHROMIUM", "/usr/bin/chromium")
@@ -88,10 +89,7 @@ def queue_order(page) -> list[str]:
 
 
 def wait_for_status(job_id, status: str, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while Job.objects.filter(pk=job_id).values_list("status", flat=True).first() != status:
-        assert time.monotonic() < deadline, f"job {job_id} never became {status}"
-        time.sleep(0.1)
+    wait_for(lambda: job_status(job_id) == status, seconds, f"job {job_id} to become {status}", interval=0.1)
 
 
 def row(page, job_id):

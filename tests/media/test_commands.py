@@ -79,7 +79,7 @@ def test_thumbnail_at_a_timestamp_scaled_to_width(clips, tmp_path):
     assert (info.video_codec, info.width, info.height) == ("mjpeg", 160, 90)
 
 
-def test_gif_with_palette(clips, tmp_path):
+def test_gif_uses_a_palette_of_the_requested_colours(clips, tmp_path):
     out = tmp_path / "c.gif"
     argv = commands.gif(clips.landscape, out, start=0.5, duration=1.0, width=120, fps=10, max_colors=64)
     assert "palettegen=max_colors=64" in argv[argv.index("-filter_complex") + 1]
@@ -118,7 +118,7 @@ def test_concat_of_silent_segments_has_no_audio(clips, tmp_path):
     assert probe(out).has_audio is False
 
 
-def test_quad_grid_with_xstack(clips, tmp_path):
+def test_quad_grid_tiles_four_inputs_with_xstack(clips, tmp_path):
     out = tmp_path / "quad.mp4"
     inputs = [
         commands.GridInput(clips.landscape, 3.0, True),
@@ -172,7 +172,7 @@ def test_scene_detection_finds_the_cuts(clips, tmp_path):
     assert len(images) == 3 and probe(images[0]).width == 160
 
 
-def test_signal_measurement(clips, tmp_path):
+def test_signal_analysis_measures_the_cuts_and_the_loud_middle(clips, tmp_path):
     run(commands.analyze_signals(clips.scenes, has_audio=True), cwd=tmp_path)
     scores = parse_metadata_print(tmp_path / commands.SCORES_FILE, "lavfi.scene_score")
     loudness = parse_metadata_print(tmp_path / commands.LOUDNESS_FILE, "lavfi.r128.M")

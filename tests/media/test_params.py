@@ -78,7 +78,7 @@ def test_every_type_accepts_minimal_params_and_fills_defaults(job_type, roots, c
     assert schema["type"] == "object" and schema.get("additionalProperties") is False
 
 
-def test_noop_defaults_and_bounds():
+def test_noop_params_have_defaults_and_bounds():
     assert validate_params("noop", {}) == {"seconds": 0.0, "fail_attempts": 0, "children": 0}
     errors = errors_of("noop", {"seconds": -1, "children": 101, "fail_attempts": 21, "bogus": 1})
     assert {e["field"] for e in errors} == {
@@ -92,7 +92,7 @@ def test_noop_defaults_and_bounds():
     assert errors_of("noop", {"seconds": "NaN"})[0]["field"] == "params.seconds"
 
 
-def test_unknown_type_and_non_object_params():
+def test_an_unknown_type_or_non_object_params_are_refused():
     with pytest.raises(ParamsError) as info:
         validate_params("frobnicate", {})
     assert info.value.errors[0]["field"] == "type"
@@ -161,7 +161,7 @@ def test_resource_defaults_follow_decision_8():
     assert resolve_resource("noop", "gpu").category == "cpu"
 
 
-def test_resource_overrides():
+def test_resource_overrides_apply_and_bad_ones_name_their_field():
     choice = resolve_resource("compile_quad", "auto", "gpu_ai", None)
     assert (choice.category, choice.vram_mb, choice.use_gpu) == ("gpu_ai", 6000, True)
     assert resolve_resource("compile_quad", "auto", "gpu_encode", 1234).vram_mb == 1234

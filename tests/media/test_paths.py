@@ -81,7 +81,7 @@ def test_must_exist_and_kind_are_checked(roots, clips):
         resolve_media_path("file.mp4", kind="dir")
 
 
-def test_output_names_and_job_dirs(roots):
+def test_output_names_and_job_dirs_stay_under_the_output_root(roots):
     assert check_output_name("hls/720p/index.m3u8") == "hls/720p/index.m3u8"
     for bad in ("../x", "/abs", ".hidden", "a/.tmp/b", "-x"):
         with pytest.raises(UnsafePathError):

@@ -5,7 +5,7 @@ import pytest
 from media.probe import ProbeError, is_faststart, mp4_top_level_boxes, probe
 
 
-def test_landscape_with_audio(clips):
+def test_it_probes_a_landscape_clip_with_audio(clips):
     info = probe(clips.landscape)
     assert (info.width, info.height, info.orientation) == (320, 180, "landscape")
     assert info.duration_seconds == pytest.approx(3.0, abs=0.05)
@@ -16,7 +16,7 @@ def test_landscape_with_audio(clips):
     assert info.asset_fields()["orientation"] == "landscape"
 
 
-def test_portrait_and_silent(clips):
+def test_it_tells_portrait_from_landscape_and_a_silent_clip(clips):
     assert probe(clips.portrait).orientation == "portrait"
     silent = probe(clips.silent)
     assert silent.has_audio is False and silent.audio_codec == "" and silent.sample_rate is None
@@ -39,11 +39,11 @@ def test_unreadable_files_raise_a_clear_error(tmp_path, content, reason):
     assert reason in info.value.reason and "bad.mp4" in str(info.value)
 
 
-def test_missing_file(tmp_path):
+def test_a_missing_file_is_a_probe_error(tmp_path):
     with pytest.raises(ProbeError, match="not found"):
         probe(tmp_path / "missing.mp4")
 
 
-def test_faststart_box_order(clips):
+def test_it_sees_the_moov_box_before_mdat(clips):
     boxes = mp4_top_level_boxes(clips.landscape)
     assert boxes[0] == "ftyp" and is_faststart(clips.landscape)

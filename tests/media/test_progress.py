@@ -34,7 +34,7 @@ def test_it_parses_a_block_into_a_sample():
     assert not sample.done
 
 
-def test_na_values_and_end_block():
+def test_it_reads_na_values_as_unknown_and_the_end_block_as_done():
     parser = ProgressParser(2.0)
     for line in ["out_time_us=N/A", "speed=N/A", "progress=continue", "out_time_us=2000000", "progress=end"]:
         parser.feed(line)

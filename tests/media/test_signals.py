@@ -29,7 +29,7 @@ def info(**overrides) -> MediaInfo:
     return MediaInfo(**{**base, **overrides})
 
 
-def test_parse_metadata_print(tmp_path):
+def test_it_parses_ffmpeg_metadata_print_output_skipping_nan(tmp_path):
     dump = tmp_path / "m.txt"
     dump.write_text(
         "frame:0    pts:0       pts_time:0\nlavfi.scene_score=0.000000\n"
@@ -59,7 +59,7 @@ def test_digest_covers_the_whole_video():
     assert any(s <= 3 < s + d for s, d in picked) and any(s <= 15 < s + d for s, d in picked)
 
 
-def test_scenes_from_detection():
+def test_scenes_run_from_cut_to_cut_or_cover_the_whole_video():
     scenes = signals.scenes_from_detection([(0.0, 0.0), (1.0, 0.7), (2.0, 0.5)], 3.0)
     assert [(s["start"], s["end"]) for s in scenes] == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
     assert signals.scenes_from_detection([], 4.0) == [

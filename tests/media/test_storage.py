@@ -35,7 +35,7 @@ def test_local_abort_publishes_nothing(tmp_path):
         storage.prepare(job, src, "../escape.jpg")
 
 
-def test_local_move(tmp_path):
+def test_local_publish_can_move_the_source(tmp_path):
     storage = LocalStorage(tmp_path / "out")
     job = str(uuid.uuid4())
     src = tmp_path / "a.jpg"

@@ -7,13 +7,13 @@ the other runs the scheduler function into it, then the first changes the world 
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 import pytest
 
 from scheduler import repository
 from tests.kit.db import claim, lease_of, one
+from tests.kit.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,13 +21,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _wait_until_blocked(
     admin: psycopg.Connection, pid: int, seconds: float = 10.0, events: tuple[str, ...] = ("Lock",)
 ) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def blocked() -> bool:
         row = admin.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
-        if row and row[0] in events:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the reassignment never waited for the lock")
+        return bool(row and row[0] in events)
+
+    wait_for(blocked, seconds, "the reassignment to wait for the lock", interval=0.02)
 
 
 @pytest.fixture

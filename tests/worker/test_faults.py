@@ -173,7 +173,9 @@ def test_a_stopped_worker_is_fenced_out_and_its_processes_killed(start_worker, e
     assert z.wait(15) == 0
 
 
-def test_it_reconnects_after_its_connections_are_killed_mid_task_and_a_second_sigterm_aborts(start_worker, enqueue):
+def test_it_reconnects_after_its_connections_are_killed_mid_task_and_a_second_sigterm_aborts(
+    start_worker, enqueue
+):
     w = start_worker("conn", "--concurrency", "1")
     job = enqueue("noop", {"seconds": 4})
     wait_for(lambda: running_on(job, "conn"), 10, "the stage to run", workers=[w])
