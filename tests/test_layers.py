@@ -43,7 +43,9 @@ def imports_of(package: str, root: Path = ROOT):
 
 
 def test_every_package_has_a_place_in_the_layers():
-    assert project_packages() == set(MAY_IMPORT), "add the new package to MAY_IMPORT (and docs/architecture.md)"
+    assert project_packages() == set(MAY_IMPORT), (
+        "add the new package to MAY_IMPORT (and docs/architecture.md)"
+    )
 
 
 def test_packages_import_only_the_layers_below_them():
