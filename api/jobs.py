@@ -25,7 +25,7 @@ from api.schemas import (
     TaskListOut,
     Text,
 )
-from media import submission
+from media import links, submission
 from media.jobtypes import JOB_TYPES
 from scheduler import queries
 from scheduler.models import Job, JobOutput
@@ -85,7 +85,23 @@ def _stage(task: queries.TaskRow) -> dict:
     }
 
 
-def job_detail(job: queries.JobRow) -> dict:
+def output_entry(request: HttpRequest, output: JobOutput) -> dict:
+    return {
+        "name": output.name,
+        "kind": output.kind,
+        "size_bytes": output.size_bytes,
+        "storage_url": output.storage_url,
+        "download_url": request.build_absolute_uri(
+            links.output_path(output.job_id, output.name, get_script_prefix())
+        ),
+        "metadata": output.metadata,
+        "task_id": output.task_id,
+        "execution_id": output.execution_id,
+        "created_at": output.created_at,
+    }
+
+
+def job_detail(request: HttpRequest, job: queries.JobRow) -> dict:
     stages = queries.job_tasks(job.id, execution_id=job.execution_id, with_cluster=False)
     outputs = JobOutput.objects.filter(job_id=job.id, execution_id=job.execution_id).order_by("name")
     entry = queries.queue_entry(job.id)
@@ -99,19 +115,7 @@ def job_detail(job: queries.JobRow) -> dict:
         "cancel_requested": job.cancel_requested_at is not None,
         "attempt": entry.attempt if entry else None,
         "stages": [_stage(t) for t in stages],
-        "outputs": [
-            {
-                "name": o.name,
-                "kind": o.kind,
-                "size_bytes": o.size_bytes,
-                "storage_url": o.storage_url,
-                "metadata": o.metadata,
-                "task_id": o.task_id,
-                "execution_id": o.execution_id,
-                "created_at": o.created_at,
-            }
-            for o in outputs
-        ],
+        "outputs": [output_entry(request, o) for o in outputs],
         "log_tail": lines,
         "queue": asdict(entry) if entry else None,
     }
@@ -130,7 +134,7 @@ def create_job(request: HttpRequest, payload: JobIn, response: HttpResponse):
     URL, then enqueue. Every invalid field is named in one 422. `Location` names the new job."""
     job = submission.create_job(request.auth.user, payload.model_dump(exclude_unset=True))
     response["Location"] = f"{get_script_prefix()}v2/jobs/{job.id}"
-    return Status(201, job_detail(get_job(job.id)))
+    return Status(201, job_detail(request, get_job(job.id)))
 
 
 @router.get("", response={200: JobPageOut, **responses(*AUTH_ERRORS, 422)}, summary="List jobs, newest first")
@@ -169,7 +173,7 @@ def list_jobs(
 def get_job_detail(request: HttpRequest, job_id: UUID):
     """Status, progress, params, timestamps, attempts, the stages of the current execution with
     their states and progress, published outputs, the job log tail and the queue entry."""
-    return job_detail(get_job(job_id))
+    return job_detail(request, get_job(job_id))
 
 
 @router.get(

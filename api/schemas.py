@@ -195,7 +195,10 @@ class OutputOut(Schema):
     name: str
     kind: str
     size_bytes: int
-    storage_url: str
+    storage_url: str = Field(description="Where the storage keeps it (file:// or s3://), for operators")
+    download_url: str = Field(
+        description="GET it here with the same credentials (byte ranges; S3 outputs redirect to a presigned URL)"
+    )
     metadata: dict[str, Any]
     task_id: int
     execution_id: int

@@ -169,6 +169,11 @@ FFMPEG_BINARY = envstr("JETENCODE_FFMPEG")
 S3_BUCKET = envstr("JETENCODE_S3_BUCKET")
 S3_ENDPOINT_URL = envstr("JETENCODE_S3_ENDPOINT_URL")
 S3_PREFIX = envstr("JETENCODE_S3_PREFIX", "outputs")
+# GET /v2/jobs/{id}/outputs/{name} answers S3 outputs with a redirect to a presigned URL this long-lived.
+S3_PRESIGN_SECONDS = envint("JETENCODE_S3_PRESIGN_SECONDS", 3600, minimum=1, maximum=7 * 24 * 3600)
+# The API's public address (scheme://host[:port]), for the absolute download_url of webhook bodies;
+# API responses use the request's own host. Empty: webhooks carry a path relative to the API.
+PUBLIC_URL = envstr("JETENCODE_PUBLIC_URL").rstrip("/")
 
 # --- Logging: plain text by default, one JSON object per line with JETENCODE_LOG_JSON=true ---
 LOG_JSON = envbool("JETENCODE_LOG_JSON", False)

@@ -14,7 +14,7 @@ import http.client
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from media import webhooks
+from media import links, webhooks
 from workers.stages.base import PermanentFailure, StageContext, stage
 
 
@@ -32,8 +32,14 @@ def job_summary(job_id: str) -> dict:
     if job is None:
         return {"id": str(job_id)}
     outputs = [
-        {"name": o.name, "kind": o.kind, "size_bytes": o.size_bytes, "url": o.storage_url}
-        for o in job.outputs.order_by("name")
+        {
+            "name": o.name,
+            "kind": o.kind,
+            "size_bytes": o.size_bytes,
+            "url": o.storage_url,
+            "download_url": links.public_output_url(job.pk, o.name),
+        }
+        for o in job.outputs.filter(execution_id=job.schedule.execution_id).order_by("name")
     ]
     return {
         "id": str(job.pk),
