@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.urls import get_script_prefix
 from ninja import NinjaAPI
 
-from api import errors, jobs, outputs, queue, stats, system, workers
+from api import errors, jobs, openapi, outputs, queue, stats, system, workers
 from api.auth import AUTH
 
 DESCRIPTION = """\
@@ -30,6 +30,10 @@ class JetEncodeAPI(NinjaAPI):
     def get_openapi_operation_id(self, operation) -> str:
         # Function names are unique across the routers: list_jobs, create_job, pause, drain_worker...
         return operation.view_func.__name__
+
+    def get_openapi_schema(self, *args, **kwargs):
+        # POST /v2/jobs: one typed body per job type, joined on `type` (see api.openapi).
+        return openapi.add_typed_job_bodies(super().get_openapi_schema(*args, **kwargs))
 
     def get_root_path(self, path_params) -> str:
         # Mounted at the site root without ninja's "" home view (api.urls drops it).

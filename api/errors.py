@@ -46,12 +46,15 @@ class ValidationErrorOut(Schema):
 
 
 def responses(*codes: int) -> dict[int, type[Schema]]:
-    """The error part of an operation's `response=` mapping, for OpenAPI and schemathesis."""
-    return {code: ValidationErrorOut if code == 422 else ErrorOut for code in codes}
+    """The error part of an operation's `response=` mapping, for OpenAPI and schemathesis: the
+    given codes plus the two every operation can return (a bug; the database unavailable)."""
+    return {code: ValidationErrorOut if code == 422 else ErrorOut for code in (*codes, *SERVER_ERRORS)}
 
 
 # Errors every authenticated operation can return.
 AUTH_ERRORS = (401, 403)
+# Errors any operation can return: 500 (a bug, logged with its traceback), 503 (database down).
+SERVER_ERRORS = (500, 503)
 
 
 def field_name(loc: tuple | list) -> str:

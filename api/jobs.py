@@ -128,7 +128,23 @@ def get_job(job_id: UUID) -> queries.JobRow:
     return job
 
 
-@router.post("", response={201: JobDetailOut, **responses(*AUTH_ERRORS, 413, 422)}, summary="Create a job")
+@router.post(
+    "",
+    response={201: JobDetailOut, **responses(*AUTH_ERRORS, 413, 422)},
+    summary="Create a job",
+    openapi_extra={
+        "responses": {
+            201: {
+                "headers": {
+                    "Location": {
+                        "description": "The new job's URL (GET /v2/jobs/{id})",
+                        "schema": {"type": "string"},
+                    }
+                }
+            }
+        }
+    },
+)
 def create_job(request: HttpRequest, payload: JobIn, response: HttpResponse):
     """Validate the type, its params, the resource overrides, the targeted worker and the webhook
     URL, then enqueue. Every invalid field is named in one 422. `Location` names the new job."""

@@ -230,7 +230,12 @@ def serve_s3(request: HttpRequest, output: JobOutput) -> HttpResponse:
     return _common_headers(response, output.name, content_type(output.name))
 
 
-BINARY = {"schema": {"type": "string", "format": "binary"}}
+# The real Content-Type is the file's own (video/mp4, application/vnd.apple.mpegurl...): listed
+# first as octet-stream, the binary type client generators understand, then as any type.
+BINARY = {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    "*/*": {"schema": {"type": "string", "format": "binary"}},
+}
 FILE_HEADERS = {
     "Content-Length": {"schema": {"type": "integer"}},
     "ETag": {"schema": {"type": "string"}},
@@ -238,18 +243,18 @@ FILE_HEADERS = {
     "Accept-Ranges": {"schema": {"type": "string", "enum": ["bytes"]}},
 }
 OPENAPI_RESPONSES = {
-    "200": {"description": "The file", "content": {"*/*": BINARY}, "headers": FILE_HEADERS},
-    "206": {
+    200: {"description": "The file", "content": BINARY, "headers": FILE_HEADERS},
+    206: {
         "description": "The requested byte range",
-        "content": {"*/*": BINARY},
+        "content": BINARY,
         "headers": {**FILE_HEADERS, "Content-Range": {"schema": {"type": "string"}}},
     },
-    "302": {
+    302: {
         "description": "An S3 output: the presigned URL to GET it from",
         "headers": {"Location": {"schema": {"type": "string", "format": "uri"}}},
     },
-    "304": {"description": "Not modified (If-None-Match / If-Modified-Since)"},
-    "416": {
+    304: {"description": "Not modified (If-None-Match / If-Modified-Since)"},
+    416: {
         "description": "The range starts beyond the end of the file",
         "headers": {"Content-Range": {"schema": {"type": "string"}}},
     },

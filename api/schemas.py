@@ -8,23 +8,43 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import AfterValidator, ConfigDict, Field, StrictInt, model_serializer
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, model_serializer
 
 from media import submission
 from media.jobtypes import JOB_TYPES
 from scheduler.constants import (
     HARDWARE_CHOICES,
     JOB_STATUSES,
+    LIFECYCLES,
     MAX_VRAM_MB,
+    PLACEMENTS,
+    POOLS,
     QUEUE_STATUSES,
     RESOURCE_CATEGORIES,
+    TASK_STATES,
 )
 
 Hardware = Literal[HARDWARE_CHOICES]
 ResourceCategory = Literal[RESOURCE_CATEGORIES]
 JobStatus = Literal[JOB_STATUSES]
 QueueState = Literal[QUEUE_STATUSES]
+TaskState = Literal[TASK_STATES]
+Lifecycle = Literal[LIFECYCLES]
+Placement = Literal[PLACEMENTS]
+Pool = Literal[POOLS]
 Direction = Literal["up", "down", "top", "bottom"]
+
+
+def _whole_number(value: Any) -> Any:
+    # JSON has one number type: 152.0 is the integer 152 (JSON Schema says so); 152.5 stays a float
+    # and is refused by the strict check after this. Booleans and strings are never numbers here.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer as JSON Schema means it: a number with no fractional part (152 or 152.0).
+JsonInt = Annotated[int, BeforeValidator(_whole_number), Strict()]
 
 
 def _storable(value: str) -> str:
@@ -56,14 +76,14 @@ class JobIn(Schema):
     params: dict[str, Any] = Field(
         default_factory=dict, description="Parameters of the job type (see its params_schema)."
     )
-    priority: StrictInt = Field(0, ge=-1000, le=1000, description="Higher runs first.")
+    priority: JsonInt = Field(0, ge=-1000, le=1000, description="Higher runs first.")
     required_worker_uid: Text | None = Field(
         None,
         min_length=1,
         max_length=200,
         description="Run every stage on this worker. It must be active and fresh now (not draining).",
     )
-    max_attempts: StrictInt = Field(4, ge=1, le=20, description="Attempts per stage before the job fails.")
+    max_attempts: JsonInt = Field(4, ge=1, le=20, description="Attempts per stage before the job fails.")
     webhook_url: Text | None = Field(
         None,
         max_length=2048,
@@ -78,14 +98,14 @@ class JobIn(Schema):
     resource_category: ResourceCategory | None = Field(
         None, description="Override the category of GPU-capable stages."
     )
-    vram_mb: StrictInt | None = Field(
+    vram_mb: JsonInt | None = Field(
         None, ge=0, le=MAX_VRAM_MB, description="Override the VRAM those stages need."
     )
 
 
 class PriorityIn(Schema):
     model_config = ConfigDict(extra="forbid")
-    priority: StrictInt = Field(..., ge=-1000, le=1000)
+    priority: JsonInt = Field(..., ge=-1000, le=1000)
 
 
 class MoveIn(Schema):
@@ -110,8 +130,8 @@ class QueueEntryOut(Schema):
         description="Worker uid whose claims see this job first (assigned, else targeted); null = pending group"
     )
     stage: str | None = Field(description="Task type of the representative task")
-    state: str = Field(description="The job's status")
-    task_state: str | None
+    state: JobStatus = Field(description="The job's status")
+    task_state: TaskState | None
     priority: int
     position: int
     required_worker_uid: str | None
@@ -130,7 +150,7 @@ class QueueEntryOut(Schema):
     progress: int
     created_at: datetime
     cancel_requested: bool
-    resource_category: str | None
+    resource_category: ResourceCategory | None
     vram_mb: int | None
 
     @model_serializer(mode="wrap")
@@ -149,12 +169,12 @@ class QueuePageOut(Schema):
 class JobSummaryOut(Schema):
     id: UUID
     type: str
-    status: str
+    status: JobStatus
     progress: int
     priority: int = Field(description="The live priority (operators may have changed it)")
     max_attempts: int
-    hardware: str
-    resource_category: str | None = Field(description="Category override given at creation")
+    hardware: Hardware
+    resource_category: ResourceCategory | None = Field(description="Category override given at creation")
     vram_mb: int | None = Field(description="VRAM override given at creation")
     required_worker_uid: str | None
     assigned_worker_uid: str | None
@@ -176,13 +196,13 @@ class JobPageOut(Schema):
 class StageOut(Schema):
     id: int
     task_type: str
-    placement: str
-    pool: str
-    state: str
+    placement: Placement
+    pool: Pool
+    state: TaskState
     progress: float
     attempt: int
     max_attempts: int
-    resource_category: str
+    resource_category: ResourceCategory
     vram_mb: int
     worker_uid: str | None = Field(description="The worker that claimed it last")
     available_at: datetime
@@ -266,8 +286,8 @@ class ActiveTaskOut(Schema):
     job_id: UUID
     job_type: str
     task_type: str
-    pool: str
-    resource_category: str
+    pool: Pool
+    resource_category: ResourceCategory
     vram_mb: int
     attempt: int
     max_attempts: int
@@ -283,7 +303,7 @@ class WorkerOut(Schema):
     hostname: str
     pid: int | None
     version: str
-    lifecycle: str = Field(
+    lifecycle: Lifecycle = Field(
         description="active | draining | offline (an active worker without recent heartbeats is offline)"
     )
     registered_at: datetime | None
@@ -356,5 +376,5 @@ class SysinfoOut(Schema):
 
 
 class HealthOut(Schema):
-    status: str
-    database: str
+    status: Literal["ok", "unavailable"]
+    database: Literal["ok", "unreachable"]

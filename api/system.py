@@ -115,7 +115,7 @@ def sysinfo(request: HttpRequest):
 @router.get(
     "/healthz",
     auth=None,
-    response={200: HealthOut, 503: HealthOut},
+    response={200: HealthOut, 503: HealthOut, 500: ErrorOut},
     tags=["system"],
     summary="Liveness and database check (no auth)",
 )
@@ -133,7 +133,7 @@ def healthz(request: HttpRequest):
 @router.get(
     "/metrics",
     auth=None,
-    response={200: None, 503: ErrorOut},
+    response={200: None, 503: ErrorOut, 500: ErrorOut},
     tags=["system"],
     summary="Prometheus metrics (no auth)",
     openapi_extra={

@@ -21,6 +21,7 @@ from django.urls import reverse
 from api.models import ApiToken
 from dashboard.views.actions import JOB_ACTIONS
 from media.models import MediaAsset
+from media.storage import LocalStorage
 from scheduler import repository
 from scheduler.models import Job, JobSchedule, QueueWorker
 from tests.kit.db import claim, lease_of
@@ -90,6 +91,17 @@ class World:
     def worker(self) -> str:
         return self.make_worker_row(self._uid())[0]
 
+    def job_with_output(self, name: str = "report.json") -> uuid.UUID:
+        """A completed job that published one small file."""
+        worker = self.make_worker_row(self._uid())
+        job = self.job(required_worker_uid=worker[0], priority=1000)
+        path = LocalStorage().path(str(job), name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        output = repository.Output(name, size_bytes=2, storage_url=path.as_uri())
+        assert repository.finish(lease_of(claim(worker), worker), outputs=[output]).outcome == "completed"
+        return job
+
     def asset(self) -> MediaAsset:
         name = f"videos/clip-{uuid.uuid4().hex[:8]}.mp4"
         (self.media_root / name).write_bytes(b"\x00" * 64)
@@ -115,6 +127,11 @@ API = {
     ("POST", "/v2/jobs"): (lambda w: ({}, {"type": "noop", "params": {"seconds": 1}}), 201, None),
     ("GET", "/v2/jobs/{job_id}"): (lambda w: ({"job_id": w.job()}, None), 200, None),
     ("GET", "/v2/jobs/{job_id}/tasks"): (lambda w: ({"job_id": w.job()}, None), 200, None),
+    ("GET", "/v2/jobs/{job_id}/outputs/{name}"): (
+        lambda w: ({"job_id": w.job_with_output(), "name": "report.json"}, None),
+        200,
+        None,
+    ),
     ("GET", "/v2/job-types"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/queue"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/queue/{job_id}"): (lambda w: ({"job_id": w.job()}, None), 200, None),
