@@ -25,10 +25,10 @@ from api.schemas import (
     TaskListOut,
     Text,
 )
-from media import links, submission
+from media import failures, links, submission
 from media.jobtypes import JOB_TYPES
 from scheduler import queries
-from scheduler.models import Job, JobOutput
+from scheduler.models import Job, JobOutput, QueueTask
 from scheduler.repository import JobNotFound
 
 router = Router(tags=["jobs"])
@@ -41,7 +41,22 @@ def pagination(page: int, limit: int, total: int) -> dict[str, int]:
     return {"page": page, "limit": limit, "total": total, "total_pages": math.ceil(total / limit)}
 
 
-def job_summary(job: queries.JobRow) -> dict:
+def failed_stages(jobs: list[queries.JobRow]) -> dict[UUID, str]:
+    """{job id: task type of its failed stage} for the failed jobs among `jobs` (one query)."""
+    failed = {job.id: job.execution_id for job in jobs if job.status == "failed"}
+    if not failed:
+        return {}
+    rows = (
+        QueueTask.objects.filter(job_id__in=list(failed), state="failed")
+        .exclude(placement="cluster")
+        .order_by("finished_at")
+        .values_list("job_id", "execution_id", "task_type")
+    )
+    return {job_id: task_type for job_id, execution_id, task_type in rows if failed[job_id] == execution_id}
+
+
+def job_summary(job: queries.JobRow, failed_stage: str | None = None) -> dict:
+    # last_error is one line of words (media.failures); the traceback stays in the task history.
     return {
         "id": job.id,
         "type": job.type,
@@ -55,7 +70,7 @@ def job_summary(job: queries.JobRow) -> dict:
         "required_worker_uid": job.required_worker_uid,
         "assigned_worker_uid": job.assigned_worker_uid,
         "webhook_url": job.webhook_url,
-        "last_error": job.last_error,
+        "last_error": failures.one_line(job.last_error, failed_stage),
         "manual_retry_count": job.manual_retry_count,
         "created_by": job.created_by,
         "created_at": job.created_at,
@@ -81,7 +96,7 @@ def _stage(task: queries.TaskRow) -> dict:
         "available_at": task.available_at,
         "started_at": task.started_at,
         "finished_at": task.finished_at,
-        "last_failure": task.last_failure,
+        "last_failure": failures.one_line(task.last_failure),
     }
 
 
@@ -107,8 +122,9 @@ def job_detail(request: HttpRequest, job: queries.JobRow) -> dict:
     entry = queries.queue_entry(job.id)
     params, log = Job.objects.values_list("params", "log").get(pk=job.id)
     lines = log.splitlines()[-JOB_LOG_TAIL_LINES:]
+    failed_stage = next((t.task_type for t in stages if t.state == "failed"), None)
     return {
-        **job_summary(job),
+        **job_summary(job, failed_stage),
         "params": params,
         "execution_id": job.execution_id,
         "paused": job.paused,
@@ -177,8 +193,9 @@ def list_jobs(
         "worker": worker or None,
     }
     jobs = queries.job_list(limit=limit, offset=(page - 1) * limit, **filters)
+    stages = failed_stages(jobs)
     return {
-        "data": [job_summary(job) for job in jobs],
+        "data": [job_summary(job, stages.get(job.id)) for job in jobs],
         "pagination": pagination(page, limit, queries.job_count(**filters)),
     }
 
@@ -212,6 +229,7 @@ def list_job_tasks(
     data = [
         {
             **_stage(t),
+            "last_failure": t.last_failure,  # whole, traceback included: the operator's view
             "execution_id": t.execution_id,
             "parent_task_id": t.parent_task_id,
             "wait_for_siblings": t.wait_for_siblings,

@@ -179,7 +179,9 @@ class JobSummaryOut(Schema):
     required_worker_uid: str | None
     assigned_worker_uid: str | None
     webhook_url: str | None
-    last_error: str | None
+    last_error: str | None = Field(
+        description="Why the job failed, in one line (the stage and its message); the traceback is in the task history"
+    )
     manual_retry_count: int
     created_by: str | None
     created_at: datetime
@@ -208,7 +210,7 @@ class StageOut(Schema):
     available_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    last_failure: str | None
+    last_failure: str | None = Field(description="The stage's last failure, in one line")
 
 
 class OutputOut(Schema):
@@ -243,6 +245,9 @@ class LogLineOut(Schema):
 
 
 class TaskOut(StageOut):
+    last_failure: str | None = Field(
+        description="The last failure as the worker recorded it: its message, then the Python traceback"
+    )
     execution_id: int
     parent_task_id: int | None
     wait_for_siblings: bool

@@ -14,7 +14,7 @@ import http.client
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from media import links, webhooks
+from media import failures, links, webhooks
 from workers.stages.base import PermanentFailure, StageContext, stage
 
 
@@ -22,6 +22,17 @@ def _display(url: str) -> str:
     """The URL without query or credentials: receivers often put tokens in the query string."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+
+
+def _failed_stage(job) -> str | None:
+    if job.status != "failed":
+        return None
+    return (
+        job.tasks.filter(state="failed", execution_id=job.schedule.execution_id)
+        .exclude(placement="cluster")
+        .values_list("task_type", flat=True)
+        .first()
+    )
 
 
 def job_summary(job_id: str) -> dict:
@@ -48,7 +59,7 @@ def job_summary(job_id: str) -> dict:
         "progress": job.progress,
         "params": job.params,
         "priority": job.priority,
-        "error": job.last_error,
+        "error": failures.one_line(job.last_error, _failed_stage(job)),
         "created_at": job.created_at.isoformat() if job.created_at else None,
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
