@@ -25,6 +25,9 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from scheduler import queries
 from scheduler.constants import JOB_STATUSES, LIFECYCLES, POOLS, QUEUED_TASK_STATES, RESOURCE_CATEGORIES
 
+MIB = 1024 * 1024
+# jetencode_queue_tasks{state}: the task states, with a paused job's unclaimed tasks on their own.
+QUEUE_DEPTH_STATES = (*QUEUED_TASK_STATES, "paused")
 CLAIM_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600]
 STAGE_DURATION_BUCKETS = [1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400]
 
@@ -75,12 +78,13 @@ class JetEncodeCollector:
     def queue_depth(self) -> Metric:
         depth = GaugeMetricFamily(
             "jetencode_queue_tasks",
-            "Unfinished stage tasks by state, pool and resource category",
+            "Unfinished stage tasks by state (paused: a paused job's tasks that are not running), "
+            "pool and resource category",
             labels=["state", "pool", "resource_category"],
         )
         seen = {(r["state"], r["pool"], r["resource_category"]): r["n"] for r in queries.queue_depth()}
         # Zero-fill the common series so alerts see 0 rather than an absent series.
-        for state in QUEUED_TASK_STATES:
+        for state in QUEUE_DEPTH_STATES:
             for pool in POOLS:
                 seen.setdefault((state, pool, "cpu"), 0)
         for (state, pool, category), n in sorted(seen.items()):
@@ -104,11 +108,28 @@ class JetEncodeCollector:
         return running
 
     def vram(self, stats: dict) -> Iterator[Metric]:
+        used, total = int(stats["vram_used_mb"]), int(stats["vram_total_mb"])
         yield GaugeMetricFamily(
-            "jetencode_vram_used_mb", "VRAM reserved by running stages (MB)", value=int(stats["vram_used_mb"])
+            "jetencode_vram_used_bytes", "VRAM reserved by running stages", value=used * MIB
         )
         yield GaugeMetricFamily(
-            "jetencode_vram_total_mb", "VRAM of active, fresh workers (MB)", value=int(stats["vram_total_mb"])
+            "jetencode_vram_total_bytes", "VRAM of active, fresh workers", value=total * MIB
+        )
+        # The MB names are deprecated: promtool's lint refuses abbreviated units. For one release
+        # JETENCODE_METRICS_VRAM_MB=true still exposes them, so boards and rules can move at their pace.
+        if not getattr(settings, "METRICS_VRAM_MB", False):
+            return
+        yield GaugeMetricFamily(
+            "jetencode_vram_used_mb",
+            "DEPRECATED (removed in the next release): use jetencode_vram_used_bytes. "
+            "VRAM reserved by running stages (MB)",
+            value=used,
+        )
+        yield GaugeMetricFamily(
+            "jetencode_vram_total_mb",
+            "DEPRECATED (removed in the next release): use jetencode_vram_total_bytes. "
+            "VRAM of active, fresh workers (MB)",
+            value=total,
         )
 
     def workers_by_lifecycle(self) -> Metric:

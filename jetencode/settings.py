@@ -175,6 +175,9 @@ S3_PRESIGN_SECONDS = envint("JETENCODE_S3_PRESIGN_SECONDS", 3600, minimum=1, max
 # API responses use the request's own host. Empty: webhooks carry a path relative to the API.
 PUBLIC_URL = envstr("JETENCODE_PUBLIC_URL").rstrip("/")
 
+# /metrics: also expose the deprecated jetencode_vram_{used,total}_mb (removed in the next release).
+METRICS_VRAM_MB = envbool("JETENCODE_METRICS_VRAM_MB", False)
+
 # --- Logging: plain text by default, one JSON object per line with JETENCODE_LOG_JSON=true ---
 LOG_JSON = envbool("JETENCODE_LOG_JSON", False)
 LOGGING = {

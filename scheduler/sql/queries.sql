@@ -175,10 +175,13 @@ SELECT
   (SELECT count(*) FROM jobs WHERE status = 'failed' AND finished_at > now() - interval '1 hour') AS failed_last_hour;
 
 -- name: queue_depth
--- Runnable and running work by task state, pool and category (for /metrics).
-SELECT state, pool, resource_category, count(*) AS n
-FROM queue_tasks WHERE state IN ('blocked', 'pending', 'retry_wait', 'running')
-GROUP BY state, pool, resource_category;
+-- Runnable and running work by task state, pool and category (for /metrics); the tasks of a paused
+-- job that are not running count as 'paused', not as work a slot could take.
+SELECT CASE WHEN t.state <> 'running' AND s.paused THEN 'paused' ELSE t.state END AS state,
+       t.pool, t.resource_category, count(*) AS n
+FROM queue_tasks t JOIN job_schedule s ON s.job_id = t.job_id
+WHERE t.state IN ('blocked', 'pending', 'retry_wait', 'running')
+GROUP BY 1, 2, 3;
 
 -- name: samples
 -- The per-minute queue samples of the last %(hours)s hours, oldest first.

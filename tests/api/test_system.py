@@ -17,8 +17,8 @@ METRIC_NAMES = {
     "jetencode_queue_tasks",
     "jetencode_jobs",
     "jetencode_running_tasks",
-    "jetencode_vram_used_mb",
-    "jetencode_vram_total_mb",
+    "jetencode_vram_used_bytes",
+    "jetencode_vram_total_bytes",
     "jetencode_workers",
     "jetencode_stale_writes_rejected",
     "jetencode_recoveries",
@@ -166,7 +166,7 @@ def test_metrics_follow_the_queue(anonymous_api, enqueue, make_worker_row, setti
     assert value(samples, "jetencode_recovery_last_run_timestamp_seconds") > 1_600_000_000
     assert value(samples, "jetencode_running_tasks", resource_category="cpu") == 1
     assert value(samples, "jetencode_workers", lifecycle="active") == 1
-    assert value(samples, "jetencode_vram_total_mb") == 16000
+    assert value(samples, "jetencode_vram_total_bytes") == 16000 * 1024 * 1024
     assert (
         value(samples, "jetencode_queue_tasks", state="retry_wait", pool="media", resource_category="cpu")
         == 2

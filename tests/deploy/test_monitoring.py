@@ -27,8 +27,8 @@ CONTRACT = {
     "jetencode_queue_tasks",
     "jetencode_jobs",
     "jetencode_running_tasks",
-    "jetencode_vram_used_mb",
-    "jetencode_vram_total_mb",
+    "jetencode_vram_used_bytes",
+    "jetencode_vram_total_bytes",
     "jetencode_workers",
     "jetencode_stale_writes_rejected_total",
     "jetencode_recoveries_total",
@@ -52,19 +52,22 @@ def dashboard_queries() -> list[str]:
 
 
 @pytest.fixture
-def exposed(make_worker_row, enqueue) -> set[str]:
-    """The sample names of GET /metrics once one stage has run (per-type series need one)."""
+def exposition(make_worker_row, enqueue) -> str:
+    """GET /metrics once one stage has run (per-type series need one) and one job is paused."""
     uid, session = make_worker_row()
     enqueue("noop")
     task = repository.claim(uid, session, "media", 30)
     assert repository.finish(repository.Lease.of(task, uid, session)).outcome == "completed"
+    repository.pause(enqueue("noop"))
     response = Client().get("/metrics")
     assert response.status_code == 200
-    return {
-        sample.name
-        for family in text_string_to_metric_families(response.content.decode())
-        for sample in family.samples
-    }
+    return response.content.decode()
+
+
+@pytest.fixture
+def exposed(exposition) -> set[str]:
+    """The sample names of GET /metrics."""
+    return {sample.name for family in text_string_to_metric_families(exposition) for sample in family.samples}
 
 
 @pytest.mark.django_db
@@ -131,6 +134,38 @@ def run_promtool(*args, cwd=PROMETHEUS):
     result = subprocess.run([promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+@needs_promtool
+@pytest.mark.django_db
+def test_promtool_lints_the_exposition_clean(exposition):
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=exposition, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.django_db
+def test_the_deprecated_mb_names_are_there_on_request_and_say_so(settings, make_worker_row):
+    make_worker_row(vram=2048)
+    assert "jetencode_vram_total_mb" not in Client().get("/metrics").content.decode()
+    settings.METRICS_VRAM_MB = True
+    families = {f.name: f for f in text_string_to_metric_families(Client().get("/metrics").content.decode())}
+    for old in ("jetencode_vram_total_mb", "jetencode_vram_used_mb"):
+        assert families[old].documentation.startswith("DEPRECATED")
+    assert families["jetencode_vram_total_mb"].samples[0].value == 2048
+    assert families["jetencode_vram_total_bytes"].samples[0].value == 2048 * 1024 * 1024
+
+
+@pytest.mark.django_db
+def test_a_paused_jobs_tasks_have_their_own_state(exposition):
+    samples = {
+        (s.name, s.labels.get("state"), s.labels.get("pool"), s.labels.get("resource_category")): s.value
+        for family in text_string_to_metric_families(exposition)
+        for s in family.samples
+    }
+    assert samples[("jetencode_queue_tasks", "paused", "media", "cpu")] == 1
+    assert samples[("jetencode_queue_tasks", "pending", "media", "cpu")] == 0
 
 
 @needs_promtool
