@@ -2,6 +2,7 @@
 --
 -- The scheduler's current SQL, in reading order (scheduler/sql/functions/):
 --   10_helpers_and_fence      retry delay, dedupe keys, the audit, the fence, the locks, job status
+--   15_progress               a job's progress, weighted by the work of its stages
 --   20_enqueue_and_claim      workers register and beat, jobs enter, slots claim
 --   30_fenced_writes          what a claimed stage writes: heartbeats, progress, finish, fail, release
 --   40_recovery_and_failover  expired leases, stale workers, jobs moving off drained or lost workers
@@ -234,8 +235,7 @@ BEGIN
     min(available_at) FILTER (WHERE state IN ('pending', 'retry_wait') AND pool = 'media') AS media_at,
     jsonb_agg(DISTINCT resource_category) FILTER (WHERE state IN ('pending', 'retry_wait') AND pool = 'media') AS cats,
     min(vram_mb) FILTER (WHERE state IN ('pending', 'retry_wait') AND pool = 'media') AS min_vram,
-    min(available_at) FILTER (WHERE state IN ('pending', 'retry_wait') AND pool = 'background') AS bg_at,
-    avg(CASE WHEN state = 'completed' THEN 100 ELSE progress END) FILTER (WHERE state <> 'cancelled') AS progress
+    min(available_at) FILTER (WHERE state IN ('pending', 'retry_wait') AND pool = 'background') AS bg_at
   INTO a
   FROM queue_tasks
   WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster';
@@ -273,8 +273,9 @@ BEGIN
 
   UPDATE jobs SET
     status = new_status,
+    -- Weighted by the work of each stage (15_progress); 100 only once completed, never lower.
     progress = CASE WHEN new_status = 'completed' THEN 100
-                    ELSE greatest(progress, least(100, floor(coalesce(a.progress, 0)))::smallint) END,
+                    ELSE greatest(progress, least(99, floor(coalesce(job_progress_v1(p_job, s.execution_id), 0)))::smallint) END,
     started_at = coalesce(started_at, CASE WHEN new_status = 'running' THEN now() END),
     finished_at = CASE WHEN new_status IN ('completed', 'failed', 'cancelled') THEN coalesce(finished_at, now()) END,
     log = CASE WHEN p_log IS NULL THEN log ELSE right(log || log_line_v1(p_log), 65536) END,

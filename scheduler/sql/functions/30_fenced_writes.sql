@@ -63,9 +63,9 @@ END
 $$;
 
 -- Fenced progress and log lines from a running stage: the task's progress (clamped to 0..100) and
--- detail, the job's progress (never lower than before), and the lines (4,000 characters each;
--- stage logs keep their last 1,000 lines). Returns whether it was accepted and whether the job
--- asks for cancellation.
+-- detail, the job's weighted progress (never lower than before, below 100), and the lines (4,000
+-- characters each; stage logs keep their last 1,000 lines). Returns whether it was accepted and
+-- whether the job asks for cancellation.
 CREATE OR REPLACE FUNCTION report_progress_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                               p_progress float, p_detail jsonb, p_lines text[])
 RETURNS TABLE (accepted boolean, cancel_requested boolean, reason text)
@@ -93,12 +93,10 @@ BEGIN
     UPDATE queue_tasks q SET progress = coalesce(least(100, greatest(0, p_progress)), q.progress),
                              progress_detail = coalesce(p_detail, q.progress_detail)
     WHERE q.id = p_task;
-    UPDATE jobs j SET progress = greatest(j.progress, least(100, floor(coalesce((
-        SELECT avg(CASE WHEN q.state = 'completed' THEN 100 ELSE q.progress END)
-          FROM queue_tasks q
-         WHERE q.job_id = t.job_id AND q.execution_id = t.execution_id AND q.placement <> 'cluster'
-           AND q.state <> 'cancelled'), 0)))::smallint)
-    WHERE j.id = t.job_id;
+    -- Weighted by the work of each stage (15_progress); below 100 until completed, never lower.
+    UPDATE jobs j SET progress = greatest(j.progress,
+                                          least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint)
+    WHERE j.id = t.job_id AND j.status <> 'completed';
   END IF;
   IF p_lines IS NOT NULL AND cardinality(p_lines) > 0 THEN
     INSERT INTO queue_task_logs (task_id, at, message) SELECT p_task, now(), left(line, 4000) FROM unnest(p_lines) line;
