@@ -177,6 +177,16 @@ def lines(win: Window, series: list[Series], title: str) -> SafeString:
             parts.append(
                 f'<path class="line s-{s.name}" d="{" ".join(path)}"><title>{escape(s.name)}</title></path>'
             )
+        # A sample with no neighbour draws no line: mark it with a dot so it is seen.
+        for i, value in enumerate(s.values):
+            alone = (i == 0 or s.values[i - 1] is None) and (
+                i + 1 == len(s.values) or s.values[i + 1] is None
+            )
+            if value is not None and alone:
+                parts.append(
+                    f'<circle class="dot s-{s.name}" cx="{_x(win, i + 0.5):.1f}" cy="{_y(value, top):.1f}" r="2.5">'
+                    f"<title>{escape(s.name)}: {_num(value)}</title></circle>"
+                )
     parts.append("</svg>")
     return mark_safe("".join(parts))
 
@@ -193,4 +203,5 @@ def overview_charts(rows: list[dict], hours: int, now: datetime) -> dict[str, Sa
         "depth": lines(win, [Series(name, data[name]) for name in DEPTH], f"Jobs by state, last {hours} h"),
         "bucket_label": per,
         "has_samples": bool(rows),
+        "sample_count": len(rows),
     }

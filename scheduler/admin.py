@@ -14,7 +14,8 @@ import uuid
 
 from django.contrib import admin, messages
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from scheduler import repository
 from scheduler.adminkit import MAX_ACTION_ROWS, CheapPaginationMixin, ReadOnlyAdmin, choices_filter
@@ -274,18 +275,18 @@ class JobScheduleAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
 
 @admin.register(QueueTask)
 class QueueTaskAdmin(CheapPaginationMixin, ReadOnlyAdmin):
+    # Compact columns (routing in one, short times), so the list fits a 1440-pixel screen beside
+    # the navigation and the filters.
     list_display = (
         "id",
         "job_link",
-        "task_type",
+        "stage",
         "state",
         "attempts",
-        "placement",
-        "pool",
-        "resource_category",
+        "routing",
         "claimed_by",
-        "started_at",
-        "finished_at",
+        "started",
+        "finished",
     )
     list_filter = (
         choices_filter("state", TASK_STATES),
@@ -349,6 +350,30 @@ class QueueTaskAdmin(CheapPaginationMixin, ReadOnlyAdmin):
     @admin.display(description="attempt")
     def attempts(self, obj):
         return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="task type", ordering="task_type")
+    def stage(self, obj):
+        # May wrap after a dot (transcode.<wbr>rendition), never inside a word.
+        return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in obj.task_type.split(".")))
+
+    @admin.display(description="placement · pool · category")
+    def routing(self, obj):
+        return f"{obj.placement} · {obj.pool} · {obj.resource_category}"
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj):
+        return _short_time(obj.started_at)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, obj):
+        return _short_time(obj.finished_at)
+
+
+def _short_time(moment):
+    """'Dec 1 14:27:03' (UTC), '-' for none: the default date format takes a column of its own."""
+    if moment is None:
+        return "-"
+    return format_html('<span title="{}">{}</span>', moment.isoformat(), moment.strftime("%b %-d %H:%M:%S"))
 
 
 @admin.register(TaskLog)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from functools import lru_cache
 from uuid import UUID
@@ -14,6 +15,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
+from media import failures
 from scheduler.constants import TERMINAL_STATUSES
 
 register = template.Library()
@@ -41,11 +43,14 @@ BADGE_CLASSES = {
 
 @register.filter
 def duration(seconds) -> str:
-    """65 -> '1m 05s'; 3700 -> '1h 01m'; None -> ''."""
+    """0.43 -> '0.4s'; 65 -> '1m 05s'; 3700 -> '1h 01m'; None -> ''. Under a second in tenths, so a
+    quick stage does not read "0s"."""
     if seconds is None or seconds == "":
         return ""
     if isinstance(seconds, timedelta):
         seconds = seconds.total_seconds()
+    if 0 < float(seconds) < 1:
+        return f"{max(0.1, float(seconds)):.1f}s"
     seconds = max(0, int(float(seconds)))
     if seconds < 60:
         return f"{seconds}s"
@@ -286,3 +291,24 @@ def job_controls(context, entry) -> str:
             form("cancel", CANCEL, ' data-confirm="Cancel this job?"'),
         ]
     return mark_safe('<div class="controls" data-controls>\n' + "".join(f"  {f}\n" for f in forms) + "</div>")
+
+
+@register.filter
+def stage_name(task_type) -> str:
+    """A task or job type that wraps only between its words, after a dot or an underscore
+    (`highlight_<wbr>generate.<wbr>analyze`), never inside one."""
+    if not task_type:
+        return ""
+    words = re.split(r"(?<=[._])", str(task_type))
+    return mark_safe(f'<span class="stage-name">{"<wbr>".join(escape(w) for w in words if w)}</span>')
+
+
+@register.filter
+def error_summary(failure) -> str:
+    """A stored failure (message, then traceback) as its one line of words (media.failures)."""
+    return failures.one_line(failure) or ""
+
+
+@register.filter
+def has_traceback(failure) -> bool:
+    return bool(failure) and "\n" in str(failure).strip()

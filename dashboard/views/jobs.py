@@ -143,6 +143,18 @@ def job_context(job: Job) -> dict:
         "media_outputs": [o for o in outputs if o.display != "file"],
         "file_outputs": [o for o in outputs if o.display == "file"],
         "terminal": terminal,
+        "failed_stage": next(
+            (
+                t.task_type
+                for t in tasks
+                if t.state == "failed"
+                and t.placement != "cluster"
+                and t.execution_id == schedule.execution_id
+            ),
+            None,
+        )
+        if schedule
+        else None,
         "log_sig": f"{len(job.log)}:{stage_logs[-1]['task_id'] if stage_logs else 0}:{len(stage_logs)}:{stage_logs[-1]['at'].timestamp() if stage_logs else 0}",
         "outputs_sig": ",".join(f"{o.id}" for o in outputs),
     }

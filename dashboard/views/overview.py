@@ -7,8 +7,18 @@ from django.utils import timezone
 
 from dashboard.charts import RESOLUTION, overview_charts
 from dashboard.views.common import is_partial, page, viewer_required
-from scheduler import queries
+from scheduler import queries, repository
 from scheduler.constants import JOB_STATUSES
+
+
+def samples_for(hours: int) -> list[dict]:
+    """The window's per-minute samples. Until there are two (a fresh install: the workers record
+    one a minute), this minute's is recorded now (idempotent per minute), so the charts start
+    from the moment someone looks instead of staying blank."""
+    rows = queries.samples(hours)
+    if len(rows) < 2 and repository.record_sample():
+        rows = queries.samples(hours)
+    return rows
 
 
 @viewer_required
@@ -38,7 +48,7 @@ def overview(request):
         if stats["vram_total_mb"]
         else 0,
         "jobs_by_type": sorted(stats["jobs_by_type"].items(), key=lambda item: -item[1]),
-        "charts": overview_charts(queries.samples(hours), hours, timezone.now()),
+        "charts": overview_charts(samples_for(hours), hours, timezone.now()),
     }
     if is_partial(request):
         return page(request, "dashboard/partials/overview_live.html", context)

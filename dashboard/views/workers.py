@@ -46,8 +46,14 @@ def describe(worker: dict) -> dict:
             "text": f"{filesize(disk.get('free'))} free" if disk.get("total") else None,
         },
     ]
-    worker["sample_items"] = sorted((k, v) for k, v in sample.items() if not isinstance(v, dict))
-    worker["sample_groups"] = sorted((k, v) for k, v in sample.items() if isinstance(v, dict))
+    worker["sample_items"] = sorted(
+        (k, ", ".join(friendly(k, i) for i in v) if isinstance(v, list) and v else friendly(k, v))
+        for k, v in sample.items()
+        if not isinstance(v, dict)
+    )
+    worker["sample_groups"] = sorted(
+        (k, {gk: friendly(gk, gv) for gk, gv in v.items()}) for k, v in sample.items() if isinstance(v, dict)
+    )
     worker["vram_percent"] = (
         round(100 * worker["vram_used_mb"] / worker["vram_total_mb"]) if worker["vram_total_mb"] else 0
     )
@@ -64,9 +70,37 @@ def _meter(label: str, used: int, total: int) -> dict:
     return {"label": label, "percent": round(100 * used / total) if total else 0, "text": f"{used} / {total}"}
 
 
-def catalog_sections(capabilities: dict) -> list[tuple[str, object]]:
-    """The capability catalog as (name, value) pairs: lists stay lists, everything else as text."""
-    return sorted(capabilities.items(), key=lambda item: str(item[0]))
+# How a missing catalog entry reads: `ffprobe None` says nothing to a newcomer.
+NOTHING = {
+    "ffprobe": "not found",
+    "ffmpeg": "not found",
+    "gpus": "none detected",
+    "hardware_encoders": "none",
+}
+
+
+def friendly(name: str, value: object) -> str:
+    """A scalar catalog value in words: None, empty, booleans."""
+    if value is None or value == "" or value == [] or value == {}:
+        return NOTHING.get(name, "none")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def catalog_sections(capabilities: dict) -> list[tuple[str, str, object]]:
+    """The capability catalog as (name, kind, value): kind "list" (non-empty lists, shown as
+    tags), "dict" (nested name/value pairs, in words) or "text" (everything else, in words)."""
+    sections = []
+    for name, value in sorted(capabilities.items(), key=lambda item: str(item[0])):
+        name = str(name)
+        if isinstance(value, list | tuple) and value:
+            sections.append((name, "list", [friendly(name, item) for item in value]))
+        elif isinstance(value, dict) and value:
+            sections.append((name, "dict", [(str(k), friendly(str(k), v)) for k, v in value.items()]))
+        else:
+            sections.append((name, "text", friendly(name, value)))
+    return sections
 
 
 @viewer_required

@@ -11,6 +11,7 @@
   "use strict";
 
   function fmtDuration(seconds) {
+    if (seconds > 0 && seconds < 1) return Math.max(0.1, seconds).toFixed(1) + "s";  // tenths, never "0s"
     seconds = Math.max(0, Math.floor(seconds));
     if (seconds < 60) return seconds + "s";
     var m = Math.floor(seconds / 60), s = seconds % 60;
@@ -28,7 +29,7 @@
     p.className = "msg msg-" + (kind || "success");
     p.textContent = message;
     box.appendChild(p);
-    while (box.children.length > 4) box.removeChild(box.firstChild);
+    while (box.children.length > 3) box.removeChild(box.firstChild);
     var wait = kind === "error" ? 15000 : 6000;
     setTimeout(function () { p.classList.add("fade"); }, wait);
     setTimeout(function () { if (p.parentNode) p.parentNode.removeChild(p); }, wait + 1000);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,194 @@ def test_a_viewer_sees_no_controls(page, charlie, enqueue, make_worker_row):
     assert status == 403
     page.js_errors.remove("Failed to load resource: the server responded with a status of 403 (Forbidden)")
     assert Job.objects.get(pk=job).status == "pending"
+
+
+# ---- polish a newcomer notices (each with a screenshot under test-artifacts/dashboard/) -----------
+
+TRACEBACK = (
+    "RuntimeError: ffmpeg exited with status 1: Invalid data found when processing input\n\n"
+    "Traceback (most recent call last):\n"
+    '  File "/srv/jetencode/workers/runtime.py", line 570, in _execute\n'
+    "    result = handler(ctx)\n"
+    "RuntimeError: ffmpeg exited with status 1: Invalid data found when processing input\n"
+)
+
+
+def unbroken(page, selector: str) -> list[str]:
+    """The words of each element matching `selector` that a line break cuts in two."""
+    return page.eval_on_selector_all(
+        selector,
+        """els => els.flatMap(el => [...el.childNodes].filter(n => n.nodeType === 3).filter(n => {
+            const range = document.createRange(); range.selectNodeContents(n);
+            return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1;
+        }).map(n => n.textContent))""",
+    )
+
+
+def test_a_failed_job_shows_one_line_with_the_traceback_folded(page, bob, enqueue, make_worker_row):
+    from scheduler import repository
+    from tests.kit.db import claim, lease_of
+
+    worker = make_worker_row("w-polish")
+    job = enqueue("transcode", {"input": "videos/x.mp4"}, max_attempts=1)
+    dispatch = lease_of(claim(worker), worker)
+    child = repository.Child("transcode.rendition", {"width": 640, "height": 360, "duration": 5.0})
+    repository.finish(dispatch, children=[child])  # a dispatch that took a fraction of a second
+    assert repository.fail(lease_of(claim(worker), worker), TRACEBACK, retryable=False).outcome == "failed"
+    log_in(page, "bob")
+    page.goto(f"/dashboard/jobs/{job}")
+    summary = page.locator("[data-last-error] .error-summary")
+    assert summary.inner_text() == (
+        "transcode.rendition failed: ffmpeg exited with status 1: Invalid data found when processing input"
+    )
+    folded = page.locator("[data-last-error] details.traceback")
+    assert folded.get_attribute("open") is None and not page.locator("[data-last-error] pre").is_visible()
+    assert "Stage logs" in page.inner_text(".logs") and "last 0 lines" not in page.inner_text(".logs")
+    durations = page.eval_on_selector_all(
+        "tr[data-task-id] td:nth-child(7)", "tds => tds.map(t => t.innerText)"
+    )
+    assert re.fullmatch(r"\d\.\ds", durations[0]), durations  # the dispatch: tenths, not "0s"
+    assert unbroken(page, ".timeline .stage-name") == []
+    shot(page, "job-failed-summary")
+    folded.locator("summary").click()
+    assert "Traceback (most recent call last)" in page.locator("[data-last-error] pre").inner_text()
+    shot(page, "job-failed-traceback-open")
+
+
+def test_queue_messages_stay_clear_of_the_filters_and_stage_names_keep_their_words(
+    page, bob, enqueue, make_worker_row
+):
+    from scheduler import repository
+    from tests.kit.db import claim, lease_of
+
+    worker = make_worker_row("w-stages")
+    job = enqueue("highlight_generate", {"input": "videos/x.mp4"})
+    children = [repository.Child("highlight_generate.analyze", {"duration": 5.0})]
+    repository.finish(lease_of(claim(worker), worker), children=children)
+    others = [enqueue("noop") for _ in range(3)]
+    log_in(page, "bob")
+    assert "highlight_generate.analyze" in row(page, job).inner_text().replace("\u200b", "")
+    assert unbroken(page, ".queue-table .stage-name") == []  # stage and job type names alike
+    for other in others:  # three messages at once
+        row(page, other).locator('button[data-act="pause"]').click()
+        page.wait_for_selector(f'tr[data-job-id="{other}"][data-state="paused"]')
+    assert page.locator("#flash .msg").count() >= 2
+    filters = page.locator("form.filters").bounding_box()
+    for box in [
+        page.locator("#flash .msg").nth(i).bounding_box() for i in range(page.locator("#flash .msg").count())
+    ]:
+        overlap_x = box["x"] < filters["x"] + filters["width"] and filters["x"] < box["x"] + box["width"]
+        overlap_y = box["y"] < filters["y"] + filters["height"] and filters["y"] < box["y"] + box["height"]
+        assert not (overlap_x and overlap_y), (box, filters)
+    shot(page, "queue-messages")
+
+
+def test_the_worker_page_says_missing_things_in_words(page, bob, make_worker_row):
+    from scheduler.models import QueueWorker
+
+    make_worker_row("w-bare")
+    QueueWorker.objects.filter(uid="w-bare").update(
+        capabilities={
+            "ffmpeg": "7.0",
+            "ffprobe": None,
+            "gpus": [],
+            "hardware_encoders": [],
+            "encoders": ["libx264"],
+        },
+        system_sample={"cpu_percent": 12.5, "gpus": []},
+    )
+    log_in(page, "bob")
+    page.goto("/dashboard/workers/w-bare")
+    assert page.inner_text('dd[data-catalog="ffprobe"]') == "not found"
+    assert page.inner_text('dd[data-catalog="gpus"]') == "none detected"
+    assert page.inner_text('dd[data-catalog="hardware_encoders"]') == "none"
+    text = page.inner_text("main")
+    assert "None" not in text and "[]" not in text
+    shot(page, "worker-bare")
+
+
+def test_the_overview_records_a_sample_and_says_it_is_collecting(page, bob):
+    from scheduler.models import QueueSample
+
+    assert QueueSample.objects.count() == 0
+    log_in(page, "bob")
+    page.goto("/dashboard/")
+    assert QueueSample.objects.count() == 1  # recorded when the page was first opened
+    assert "Collecting samples" in page.inner_text("[data-collecting]")
+    assert page.locator("svg.chart circle.dot").count() >= 1  # the one sample is drawn
+    shot(page, "overview-collecting")
+    QueueSample.objects.create(at=QueueSample.objects.get().at - timedelta(minutes=1), pending=2)
+    page.goto("/dashboard/")
+    assert page.locator("[data-collecting]").count() == 0
+    assert page.locator("svg.chart path.line").count() >= 1
+    shot(page, "overview-two-samples")
+
+
+def test_the_admin_task_list_fits_1440_pixels(browser, live_server, alice, enqueue, make_worker_row):
+    from scheduler import repository
+    from tests.kit.db import claim, lease_of
+
+    worker = make_worker_row("w-admin-wide-worker-name")
+    enqueue("highlight_generate", {"input": "videos/a-long-input-name.mp4"}, priority=5)
+    children = [repository.Child("highlight_generate.analyze", {"duration": 5.0})]
+    repository.finish(lease_of(claim(worker), worker), children=children)
+    repository.finish(lease_of(claim(worker), worker))  # the longest task type, started and finished
+    for _ in range(2):
+        enqueue("transcode", {"input": "videos/a-long-input-name.mp4"})
+    claim(worker)
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, base_url=live_server.url)
+    tab = context.new_page()
+    tab.goto("/admin/login/?next=/admin/scheduler/queuetask/")
+    tab.fill("input[name=username]", "alice")
+    tab.fill("input[name=password]", PASSWORD)
+    tab.click("input[type=submit]")
+    tab.wait_for_url(re.compile(r"/admin/scheduler/queuetask/"))
+    shot(tab, "admin-tasks-1440")
+    # The results box scrolls sideways rather than widen the page: the last column must be in view.
+    results = tab.locator("#changelist .results").bounding_box()
+    last = tab.locator("#result_list thead th").last.bounding_box()
+    assert last["x"] + last["width"] <= results["x"] + results["width"] + 1, (last, results)
+    assert tab.evaluate("document.querySelector('#changelist .results').scrollWidth") <= results["width"] + 1
+    assert tab.evaluate("document.documentElement.scrollWidth") <= 1440
+    context.close()
+
+
+def test_the_demo_clips_enter_the_library_with_thumbnails_and_distinct_titles(
+    page, bob, start_worker, worker_env, settings
+):
+    from dashboard.views.library import _params
+    from media import submission
+    from media.demo import seed_demo_clips
+    from media.management.commands.seed_demo import library_assets, thumbnail_job
+    from media.models import MediaAsset
+
+    settings.MEDIA_ROOT_DIR = Path(worker_env["JETENCODE_MEDIA_ROOT"])
+    settings.OUTPUT_ROOT_DIR = Path(worker_env["JETENCODE_OUTPUT_ROOT"])
+    seed_demo_clips()
+    assets = library_assets()
+    for asset in assets:
+        # What seed_demo queues is what the library's "Generate thumbnail" action creates.
+        assert thumbnail_job(asset) == {
+            "type": "thumbnail_generate",
+            "params": _params("thumbnail_generate", asset, ""),
+        }
+        submission.create_job(None, thumbnail_job(asset))
+    start_worker(f"library-{os.getpid()}", "--concurrency", "2")
+    wait_for(
+        lambda: not MediaAsset.objects.filter(thumbnail="").exists(),
+        90,
+        "every demo clip to get its thumbnail",
+    )
+    log_in(page, "bob")
+    page.goto("/dashboard/library")
+    page.wait_for_function(
+        "n => [...document.querySelectorAll('td.thumb img')].filter(i => i.complete && i.naturalWidth > 0).length === n",
+        arg=len(assets),
+    )
+    titles = page.eval_on_selector_all(
+        "#library tbody td:nth-child(3) b, tbody td b", "bs => bs.map(b => b.innerText)"
+    )
+    demo_titles = [t for t in titles if t.startswith("Demo")]
+    assert len(demo_titles) == len(assets) == len(set(demo_titles)), titles
+    assert page.locator(".nothumb").count() == 0
+    shot(page, "library-demo")

@@ -237,7 +237,8 @@ def test_the_overview_counts_jobs_by_state(viewer_client, enqueue):
     enqueue("noop")
     html = viewer_client.get(reverse("dashboard:overview")).content.decode()
     assert re.search(r'data-count="pending"><span class="tile-n">2</span>', html)
-    assert "No samples in this window yet" in html
+    assert "Collecting samples" in html and "(1 so far" in html  # the first was recorded just now
+    assert QueueSample.objects.get().pending == 2
 
 
 def test_the_overview_draws_samples_as_svg(viewer_client, db):
@@ -254,7 +255,7 @@ def test_the_overview_draws_samples_as_svg(viewer_client, db):
     assert html.count('<svg class="chart"') == 2
     assert 'class="s-completed"' in html and 'class="s-failed"' in html
     assert 'class="line s-pending"' in html and 'class="line s-running"' in html
-    assert "No samples in this window yet" not in html
+    assert "Collecting samples" not in html
     assert viewer_client.get(reverse("dashboard:overview") + "?hours=999").status_code == 200
 
 

@@ -1,24 +1,50 @@
 """Seed a fresh install with generated clips and jobs, once, so the dashboard has something to show.
 
-The clips come from `media.demo` (FFmpeg lavfi sources, nothing downloaded). A `scan` job
-adds them to the media library (validating each), and a few more jobs exercise the queue and the
-media pipeline. Run again: nothing happens (a marker under var/ remembers).
+The clips come from `media.demo` (FFmpeg lavfi sources, nothing downloaded). The clips of
+`videos/` enter the media library with distinct titles; a `scan` job validates them and each gets
+its thumbnail through the library's own "Generate thumbnail" action (a `thumbnail_generate` job
+naming the asset, whose last stage stores the thumbnail on it). A few more jobs exercise the queue
+and the media pipeline. Run again: nothing happens (a marker under var/ remembers).
 """
+
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from media import submission
-from media.demo import seed_demo_clips
+from media.demo import DEMO_TITLES, seed_demo_clips
+from media.models import MediaAsset
 
 DEMO_JOBS = [
     {"type": "scan", "params": {"directory": "videos"}},
     {"type": "reencode_streaming", "params": {"input": "videos/demo-landscape.mp4"}},
-    {"type": "thumbnail_generate", "params": {"input": "videos/demo-portrait.mp4"}},
     {"type": "transcode", "params": {"input": "videos/demo-landscape.mp4"}},
     {"type": "noop", "params": {"seconds": 5, "children": 2}},
     {"type": "noop", "params": {"seconds": 2, "fail_attempts": 1}, "priority": -1},
 ]
+
+
+def library_assets() -> list[MediaAsset]:
+    """The demo clips of the library, with their titles (the scan validates them)."""
+    assets = []
+    for path, title in DEMO_TITLES.items():
+        file = settings.MEDIA_ROOT_DIR / path
+        asset, _ = MediaAsset.objects.get_or_create(
+            path=path,
+            defaults={
+                "title": title,
+                "directory": Path(path).parent.as_posix(),
+                "size_bytes": file.stat().st_size,
+            },
+        )
+        assets.append(asset)
+    return assets
+
+
+def thumbnail_job(asset: MediaAsset) -> dict:
+    """What the library's "Generate thumbnail" action creates for one asset."""
+    return {"type": "thumbnail_generate", "params": {"video_id": str(asset.id)}}
 
 
 class Command(BaseCommand):
@@ -29,9 +55,10 @@ class Command(BaseCommand):
         if marker.exists():
             return
         written = seed_demo_clips()
-        for payload in DEMO_JOBS:
+        jobs = DEMO_JOBS[:1] + [thumbnail_job(asset) for asset in library_assets()] + DEMO_JOBS[1:]
+        for payload in jobs:
             submission.create_job(None, payload)
         marker.touch()
         self.stdout.write(
-            f"Seeded {len(written)} demo clips under {settings.MEDIA_ROOT_DIR} and {len(DEMO_JOBS)} demo jobs."
+            f"Seeded {len(written)} demo clips under {settings.MEDIA_ROOT_DIR} and {len(jobs)} demo jobs."
         )
