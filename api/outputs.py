@@ -71,6 +71,9 @@ def byte_range(header: str, size: int) -> tuple[int, int] | str | None:
     first, last = match.groups()
     if first == "" and last == "":
         return None
+    # Leading zeros say nothing (000…01 is 1); what is left decides whether it can be an offset.
+    first = first and (first.lstrip("0") or "0")
+    last = last and (last.lstrip("0") or "0")
     if first == "":  # suffix range: the last N bytes
         if len(last) > MAX_OFFSET_DIGITS:
             return (0, size - 1) if size else UNSATISFIABLE

@@ -86,6 +86,7 @@ def test_an_etag_or_date_the_client_has_answers_304(viewer_api, local_job):
         ("bytes=" + "9" * 5000 + "-", 416, "bytes */10240", b""),
         ("bytes=0-" + "9" * 5000, 206, "bytes 0-10239/10240", SEGMENT),
         ("bytes=-" + "9" * 5000, 206, "bytes 0-10239/10240", SEGMENT),
+        ("bytes=" + "0" * 40 + "1-2", 206, "bytes 1-2/10240", SEGMENT[1:3]),  # leading zeros
         ("bytes=" + "9" * 5000, 200, None, SEGMENT),  # malformed: ignored
         ("bytes=0-1,5-6", 200, None, SEGMENT),  # several ranges: ignored
         ("bytes=9-3", 200, None, SEGMENT),  # last < first: invalid, ignored
