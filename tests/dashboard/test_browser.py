@@ -417,3 +417,42 @@ def test_the_demo_clips_enter_the_library_with_thumbnails_and_distinct_titles(
     assert len(demo_titles) == len(assets) == len(set(demo_titles)), titles
     assert page.locator(".nothumb").count() == 0
     shot(page, "library-demo")
+
+
+def test_an_hls_output_plays_from_its_download_url(page, bob, start_worker, worker_env, settings):
+    """Chromium's own HLS player, pointed at the API's download_url of the master playlist: the
+    renditions' playlists and segments it asks for resolve under /v2/jobs/{id}/outputs/."""
+    from media import submission
+    from media.demo import seed_demo_clips
+
+    settings.MEDIA_ROOT_DIR = Path(worker_env["JETENCODE_MEDIA_ROOT"])
+    settings.OUTPUT_ROOT_DIR = Path(worker_env["JETENCODE_OUTPUT_ROOT"])
+    seed_demo_clips()
+    params = {"input": "videos/demo-landscape.mp4", "ladder": [{"height": 240}, {"height": 180}]}
+    job = submission.create_job(None, {"type": "transcode", "params": params}).id
+    start_worker(f"hls-{os.getpid()}", "--concurrency", "2")
+    wait_for_status(job, "completed", seconds=180)
+    log_in(page, "bob")
+    master = page.evaluate(
+        "async id => (await (await fetch('/v2/jobs/' + id)).json()).outputs"
+        ".find(o => o.name === 'hls/master.m3u8').download_url",
+        str(job),
+    )
+    assert master.endswith(f"/v2/jobs/{job}/outputs/hls/master.m3u8")
+    fetched = []
+    page.on("response", lambda r: fetched.append((r.url, r.status)) if "/outputs/" in r.url else None)
+    page.evaluate(
+        """src => { const v = document.createElement('video'); v.id = 'hls'; v.muted = true; v.controls = true;
+                   v.src = src; document.querySelector('main').prepend(v); v.play(); }""",
+        master,
+    )
+    page.wait_for_function(
+        "() => { const v = document.getElementById('hls'); return v.currentTime > 1 && v.videoWidth > 0; }",
+        timeout=60_000,
+    )
+    assert page.evaluate("document.getElementById('hls').error") is None
+    urls = [url for url, status in fetched if status in (200, 206)]
+    assert any(u.endswith("/outputs/hls/master.m3u8") for u in urls), fetched
+    assert any(re.search(r"/outputs/hls/\d+p/index\.m3u8$", u) for u in urls), fetched
+    assert any(re.search(r"/outputs/hls/\d+p/seg_\d+\.ts$", u) for u in urls), fetched
+    shot(page, "hls-playing")
