@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from media.paths import UnsafePathError, check_relative, resolve_media_path
+from media.probe import reference_problem
 
 Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -32,9 +33,13 @@ MAX_INPUTS = 64
 
 def _check_media_file(value: str, what: str) -> str:
     try:
-        resolve_media_path(value, what=what, kind="file", must_exist=True)
+        path = resolve_media_path(value, what=what, kind="file", must_exist=True)
     except UnsafePathError as exc:
         raise ValueError(str(exc)) from None
+    # A playlist or concat list makes FFmpeg read the files it names, anywhere (media.probe).
+    problem = reference_problem(path)
+    if problem:
+        raise ValueError(f"{what} {problem}")
     return check_relative(value, what=what).as_posix()
 
 

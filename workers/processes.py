@@ -24,6 +24,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from media import ffmpeg
+
 log = logging.getLogger("jetencode.worker")
 
 PR_SET_PDEATHSIG = 1
@@ -145,9 +147,15 @@ def _forget(group: ProcessGroup) -> None:
 def start(
     argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None
 ) -> ProcessGroup:
-    """Start `argv` in its own session with stdout and stderr piped and no stdin."""
+    """Start `argv` in its own session with stdout and stderr piped and no stdin.
+
+    FFmpeg's file inputs get the input whitelists (media.ffmpeg.guard_inputs: local files and
+    media demuxers only), whichever stage built the argv."""
+    argv = list(argv)
+    if ffmpeg.is_ffmpeg(argv):
+        argv = ffmpeg.guard_inputs(argv)
     popen = subprocess.Popen(
-        list(argv),
+        argv,
         cwd=str(cwd) if cwd is not None else None,
         env=env,
         stdin=subprocess.DEVNULL,
