@@ -190,15 +190,17 @@ def check_url(url: str, *, allow_private: bool | None = None) -> Target:
         raise UnsafeWebhookURL("webhook URL must be a string of at most 2048 characters")
     if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
         raise UnsafeWebhookURL("webhook URL contains whitespace or control characters")
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise UnsafeWebhookURL("webhook URL must use http or https")
     try:
+        # urlsplit itself raises on a bad IPv6 literal ("http://[::1") and on a host whose NFKC
+        # form holds a separator (a fullwidth solidus); .port on a port out of range.
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
         host = parts.hostname
         port = parts.port or (443 if scheme == "https" else 80)
-    except ValueError as exc:
-        raise UnsafeWebhookURL(f"webhook URL is malformed: {exc}") from None
+    except ValueError:
+        raise UnsafeWebhookURL("webhook URL is malformed (its host or port cannot be parsed)") from None
+    if scheme not in ("http", "https"):
+        raise UnsafeWebhookURL("webhook URL must use http or https")
     if not host:
         raise UnsafeWebhookURL("webhook URL has no host")
     if parts.username or parts.password:
