@@ -160,6 +160,8 @@ JETENCODE = {
     "NOTIFY": envbool("JETENCODE_NOTIFY", True),
     "PREPARED_STATEMENTS": envbool("JETENCODE_PREPARED_STATEMENTS", True),
     "STALL_SECONDS": envfloat("JETENCODE_STALL_SECONDS", 120, minimum=1),
+    # Address-space limit (RLIMIT_AS) of each stage subprocess (FFmpeg), in MiB; 0 for none.
+    "FFMPEG_MEMORY_MB": envint("JETENCODE_FFMPEG_MEMORY_MB", 16384, minimum=0),
     "WEBHOOK_SECRET": envstr("JETENCODE_WEBHOOK_SECRET"),
     "WEBHOOK_ALLOW_PRIVATE": envbool("JETENCODE_WEBHOOK_ALLOW_PRIVATE", False),
 }

@@ -16,6 +16,7 @@ import ctypes
 import functools
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -38,11 +39,23 @@ if sys.platform.startswith("linux"):
         _prctl = None
 
 
-def _child_setup(parent_pid: int) -> None:  # runs in the child between fork and exec: keep it tiny
+def _child_setup(parent_pid: int, memory_bytes: int) -> None:  # between fork and exec: keep it tiny
     if _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the worker died before prctl took effect
         os._exit(111)
+    if memory_bytes > 0:
+        # Address space of the stage's process (FFmpeg): an allocation past it fails inside FFmpeg,
+        # which exits with an error, instead of the machine's OOM killer picking the worker.
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+def memory_limit_bytes() -> int:
+    """JETENCODE_FFMPEG_MEMORY_MB as bytes (0: no limit), read when a stage process starts."""
+    from django.conf import settings
+
+    megabytes = int(getattr(settings, "JETENCODE", {}).get("FFMPEG_MEMORY_MB", 0) or 0)
+    return max(0, megabytes) * 1024 * 1024
 
 
 def _live_members(pgid: int) -> int | None:
@@ -147,7 +160,8 @@ def _forget(group: ProcessGroup) -> None:
 def start(
     argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None
 ) -> ProcessGroup:
-    """Start `argv` in its own session with stdout and stderr piped and no stdin.
+    """Start `argv` in its own session with stdout and stderr piped and no stdin, under the stage
+    memory limit (RLIMIT_AS, JETENCODE_FFMPEG_MEMORY_MB).
 
     FFmpeg's file inputs get the input whitelists (media.ffmpeg.guard_inputs: local files and
     media demuxers only), whichever stage built the argv."""
@@ -162,7 +176,8 @@ def start(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=functools.partial(_child_setup, os.getpid()),  # noqa: PLW1509 (tiny, no locks, no imports)
+        # The child setup is tiny: a prctl and a setrlimit, no locks, no imports.
+        preexec_fn=functools.partial(_child_setup, os.getpid(), memory_limit_bytes()),  # noqa: PLW1509
         close_fds=True,
     )
     group = ProcessGroup(popen, argv)
