@@ -164,6 +164,8 @@ JETENCODE = {
     "FFMPEG_MEMORY_MB": envint("JETENCODE_FFMPEG_MEMORY_MB", 16384, minimum=0),
     "WEBHOOK_SECRET": envstr("JETENCODE_WEBHOOK_SECRET"),
     "WEBHOOK_ALLOW_PRIVATE": envbool("JETENCODE_WEBHOOK_ALLOW_PRIVATE", False),
+    # A delivery as a whole (connect + send + response), enforced on its socket.
+    "WEBHOOK_DEADLINE_SECONDS": envfloat("JETENCODE_WEBHOOK_DEADLINE_SECONDS", 30, minimum=0.1),
 }
 MEDIA_ROOT_DIR = Path(envstr("JETENCODE_MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 OUTPUT_ROOT_DIR = Path(envstr("JETENCODE_OUTPUT_ROOT", str(VAR_DIR / "outputs"))).resolve()
