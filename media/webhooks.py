@@ -162,9 +162,22 @@ def allow_private_default() -> bool:
     return bool(getattr(settings, "JETENCODE", {}).get("WEBHOOK_ALLOW_PRIVATE", False))
 
 
+SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+SITE_LOCAL = ipaddress.ip_network("fec0::/10")
+
+
 def address_is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is loopback too
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address_is_public(address.ipv4_mapped)  # ::ffff:127.0.0.1 is loopback too
+        if address in SITE_LOCAL:
+            return False  # deprecated site-local: Python 3.11 counts it global
+        if address in SIX_TO_FOUR:
+            # 6to4 embeds an IPv4 address (2002:7f00:1:: is 127.0.0.1) that relays route to.
+            return address.sixtofour is not None and address_is_public(address.sixtofour)
+        if address.teredo is not None:
+            server, client = address.teredo
+            return address_is_public(server) and address_is_public(client)
     return not (
         address.is_loopback
         or address.is_link_local
@@ -221,9 +234,10 @@ def check_url(url: str, *, allow_private: bool | None = None) -> Target:
     if not allow_private:
         for text in addresses:
             if not address_is_public(ipaddress.ip_address(text)):
+                # Which address it resolved to is not said: it would map internal names for a caller.
                 raise UnsafeWebhookURL(
-                    f"webhook host {host!r} resolves to {text}, a loopback, private, link-local or otherwise "
-                    "non-public address (set JETENCODE_WEBHOOK_ALLOW_PRIVATE=true to allow)"
+                    f"webhook host {host!r} is not a public address (loopback, private, link-local and "
+                    "other non-public targets are refused; JETENCODE_WEBHOOK_ALLOW_PRIVATE=true allows them)"
                 )
     path = parts.path or "/"
     if parts.query:

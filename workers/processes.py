@@ -157,11 +157,43 @@ def _forget(group: ProcessGroup) -> None:
         _live.discard(group)
 
 
+# What a stage process (FFmpeg) inherits from the worker's environment: the locale, PATH and the
+# variables GPU drivers read. Never DATABASE_URL, cloud credentials, the secret key or any other
+# JETENCODE_/AWS_ variable: a stage needs none of them, and FFmpeg may be handed hostile files.
+SUBPROCESS_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
+        "LD_LIBRARY_PATH",
+        "PYTHONUNBUFFERED",
+    }
+)
+SUBPROCESS_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "LIBVA_", "VDPAU_", "INTEL_", "MFX_", "ONEVPL_")
+
+
+def minimal_environment(source: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a stage process gets: `source` (default os.environ) filtered to the names
+    above."""
+    source = os.environ if source is None else source
+    return {
+        name: value
+        for name, value in source.items()
+        if name in SUBPROCESS_ENV_NAMES or name.startswith(SUBPROCESS_ENV_PREFIXES)
+    }
+
+
 def start(
     argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None
 ) -> ProcessGroup:
     """Start `argv` in its own session with stdout and stderr piped and no stdin, under the stage
-    memory limit (RLIMIT_AS, JETENCODE_FFMPEG_MEMORY_MB).
+    memory limit (RLIMIT_AS, JETENCODE_FFMPEG_MEMORY_MB) and with a minimal environment
+    (`minimal_environment`) unless `env` is given.
 
     FFmpeg's file inputs get the input whitelists (media.ffmpeg.guard_inputs: local files and
     media demuxers only), whichever stage built the argv."""
@@ -171,7 +203,7 @@ def start(
     popen = subprocess.Popen(
         argv,
         cwd=str(cwd) if cwd is not None else None,
-        env=env,
+        env=minimal_environment() if env is None else env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
