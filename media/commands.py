@@ -268,6 +268,17 @@ def hls_package(
     ]
 
 
+IMAGE_MAX_HEIGHT = 4320  # media.params.MAX_OUTPUT_HEIGHT
+
+
+def width_within_bounds(width: int) -> str:
+    """Scale to `width` keeping the aspect (even sizes), unless that would be taller than
+    IMAGE_MAX_HEIGHT: a 16x4320 source scaled to 7680 wide would be two million lines high."""
+    return (
+        f"scale=w={int(width)}:h={IMAGE_MAX_HEIGHT}:force_original_aspect_ratio=decrease:force_divisible_by=2"
+    )
+
+
 def thumbnail(
     src: Path, dst: Path, *, timestamp: float, width: int, quality: int = 3, ffmpeg: str | None = None
 ) -> list[str]:
@@ -282,7 +293,7 @@ def thumbnail(
         "-frames:v",
         "1",
         "-vf",
-        f"scale={int(width)}:-2",
+        width_within_bounds(width),
         "-q:v",
         str(int(quality)),
         "-update",
@@ -628,7 +639,7 @@ def scene_detect(
         return argv + ["-vf", graph, "-f", "null", "-"]
     return argv + [
         "-vf",
-        f"{graph},scale={int(thumb_width)}:-2",
+        f"{graph},{width_within_bounds(thumb_width)}",
         "-fps_mode",
         "vfr",
         "-frames:v",

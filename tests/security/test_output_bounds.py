@@ -191,3 +191,18 @@ def test_a_gif_of_a_very_tall_video_stays_within_the_height_bound(tmp_path):
     assert _run(commands.gif_palette(tall, palette, **shape), tmp_path) == 0
     assert _run(commands.gif(tall, gif, palette=palette, **shape), tmp_path) == 0
     assert probe(gif).height <= commands.GIF_MAX_HEIGHT
+
+
+def test_a_thumbnail_of_a_very_tall_video_stays_within_the_height_bound(tmp_path):
+    tall = tmp_path / "tall.mp4"
+    subprocess.run(
+        [ffmpeg_path(), "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i"]
+        + ["testsrc2=size=16x1024:rate=5:duration=1", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(tall)],
+        check=True,
+        timeout=60,
+    )
+    out = tmp_path / "thumb.jpg"
+    # Scaled to 7680 wide at its aspect it would be 491,520 lines high.
+    assert _run(commands.thumbnail(tall, out, timestamp=0.2, width=7680), tmp_path) == 0
+    info = probe(out)
+    assert info.height <= commands.IMAGE_MAX_HEIGHT and info.width * info.height <= p.MAX_OUTPUT_PIXELS
