@@ -124,6 +124,21 @@ def _option_value(args: list[str], name: str) -> str | None:
     return value
 
 
+HARDWARE_OPTIONS = frozenset(
+    {"-hwaccel", "-hwaccel_device", "-init_hw_device", "-filter_hw_device", "-vaapi_device"}
+)
+
+
+def uses_hardware(argv: list[str]) -> bool:
+    """argv opens a GPU or other hardware device (an encoder wrapper, hwaccel, hwupload). CUDA and
+    the VA/QSV drivers reserve address space far beyond what they use, so such a process cannot run
+    under an address-space limit (workers/processes.py leaves it unlimited)."""
+    for arg in map(str, argv):
+        if arg in HARDWARE_OPTIONS or arg.endswith(HARDWARE_SUFFIXES) or "hwupload" in arg or "_cuda" in arg:
+            return True
+    return False
+
+
 def is_ffmpeg(argv: list[str]) -> bool:
     """argv runs this machine's FFmpeg (the configured binary, or any program named ffmpeg*)."""
     if not argv:

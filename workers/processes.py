@@ -192,7 +192,8 @@ def start(
     argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None
 ) -> ProcessGroup:
     """Start `argv` in its own session with stdout and stderr piped and no stdin, under the stage
-    memory limit (RLIMIT_AS, JETENCODE_FFMPEG_MEMORY_MB) and with a minimal environment
+    memory limit (RLIMIT_AS, JETENCODE_FFMPEG_MEMORY_MB; not for hardware encoders, see
+    media.ffmpeg.uses_hardware) and with a minimal environment
     (`minimal_environment`) unless `env` is given.
 
     FFmpeg's file inputs get the input whitelists (media.ffmpeg.guard_inputs: local files and
@@ -200,6 +201,8 @@ def start(
     argv = list(argv)
     if ffmpeg.is_ffmpeg(argv):
         argv = ffmpeg.guard_inputs(argv)
+    # A GPU encoder's process runs unlimited: CUDA reserves more address space than any sane limit.
+    memory = 0 if ffmpeg.uses_hardware(argv) else memory_limit_bytes()
     popen = subprocess.Popen(
         argv,
         cwd=str(cwd) if cwd is not None else None,
@@ -209,7 +212,7 @@ def start(
         stderr=subprocess.PIPE,
         start_new_session=True,
         # The child setup is tiny: a prctl and a setrlimit, no locks, no imports.
-        preexec_fn=functools.partial(_child_setup, os.getpid(), memory_limit_bytes()),  # noqa: PLW1509
+        preexec_fn=functools.partial(_child_setup, os.getpid(), memory),  # noqa: PLW1509
         close_fds=True,
     )
     group = ProcessGroup(popen, argv)

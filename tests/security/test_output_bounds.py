@@ -206,3 +206,15 @@ def test_a_thumbnail_of_a_very_tall_video_stays_within_the_height_bound(tmp_path
     assert _run(commands.thumbnail(tall, out, timestamp=0.2, width=7680), tmp_path) == 0
     info = probe(out)
     assert info.height <= commands.IMAGE_MAX_HEIGHT and info.width * info.height <= p.MAX_OUTPUT_PIXELS
+
+
+def test_a_hardware_encoder_runs_without_the_address_space_limit(settings, tmp_path):
+    """CUDA reserves address space far beyond its use; NVENC under RLIMIT_AS would fail to start."""
+    settings.JETENCODE = {**settings.JETENCODE, "FFMPEG_MEMORY_MB": 300}
+    group = processes.start(["sh", "-c", "sleep 5", "-c:v", "h264_nvenc"], cwd=tmp_path)
+    try:
+        limits = Path(f"/proc/{group.pgid}/limits").read_text()
+        line = next(row for row in limits.splitlines() if row.startswith("Max address space"))
+        assert line.split()[3:5] == ["unlimited", "unlimited"], line
+    finally:
+        group.stop(1.0)
