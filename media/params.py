@@ -424,6 +424,16 @@ class ClipGenerateParams(EncodeOptions, SingleInput):
     min_clip_seconds: float = Field(1.0, ge=0, le=600, description="Skip detected scenes shorter than this")
     max_clips: int = Field(20, ge=1, le=100)
 
+    @field_validator("ranges")
+    @classmethod
+    def _clips_within_output_length(cls, value: list[TimeRange] | None) -> list[TimeRange] | None:
+        total = sum(r.end - r.start for r in value or [])
+        if total > MAX_OUTPUT_SECONDS:
+            raise ValueError(
+                f"the ranges add up to {total:.0f} s of clips; at most {MAX_OUTPUT_SECONDS:.0f} s"
+            )
+        return value
+
 
 class SignalWeights(Params):
     scene: float = Field(1.0, ge=0, le=10)

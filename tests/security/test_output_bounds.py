@@ -218,3 +218,13 @@ def test_a_hardware_encoder_runs_without_the_address_space_limit(settings, tmp_p
         assert line.split()[3:5] == ["unlimited", "unlimited"], line
     finally:
         group.stop(1.0)
+
+
+def test_clip_ranges_adding_up_to_more_than_the_output_limit_are_422(operator_api, sixteen):
+    hour = [{"start": i * 3600.0, "end": (i + 1) * 3600.0} for i in range(5)]
+    _refused(operator_api, "clip_generate", {"input": sixteen[0], "ranges": hour}, "params.ranges")
+    params = {"input": sixteen[0], "ranges": hour[:4]}
+    assert (
+        operator_api.request("post", "/v2/jobs", {"type": "clip_generate", "params": params}).status_code
+        == 201
+    )
