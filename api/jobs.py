@@ -26,15 +26,24 @@ from api.schemas import (
     Text,
 )
 from media import failures, links, submission
+from media.disclosure import for_viewer
 from media.jobtypes import JOB_TYPES
 from scheduler import queries
 from scheduler.models import Job, JobOutput, QueueTask
+from scheduler.permissions import can_operate
 from scheduler.repository import JobNotFound
 
 router = Router(tags=["jobs"])
 
 JOB_LOG_TAIL_LINES = 100
 TASK_LOG_TAIL_LINES = 20
+# Deep pages: OFFSET scans and discards every row before the page; past this, filter instead.
+MAX_OFFSET = 10_000
+
+
+def _shown(request: HttpRequest, data: dict) -> dict:
+    """Viewers get the response without webhook query strings, file paths and FFmpeg argv."""
+    return data if can_operate(request.auth.user) else for_viewer(data)
 
 
 def pagination(page: int, limit: int, total: int) -> dict[str, int]:
@@ -192,12 +201,26 @@ def list_jobs(
         "uses_category": resource_category or None,
         "worker": worker or None,
     }
-    jobs = queries.job_list(limit=limit, offset=(page - 1) * limit, **filters)
+    offset = (page - 1) * limit
+    if offset > MAX_OFFSET:
+        raise submission.ValidationError(
+            [
+                {
+                    "field": "page",
+                    "message": f"the offset (page - 1) x limit is {offset}, at most {MAX_OFFSET}: "
+                    "filter by status, type or worker to reach older jobs",
+                }
+            ]
+        )
+    jobs = queries.job_list(limit=limit, offset=offset, **filters)
     stages = failed_stages(jobs)
-    return {
-        "data": [job_summary(job, stages.get(job.id)) for job in jobs],
-        "pagination": pagination(page, limit, queries.job_count(**filters)),
-    }
+    return _shown(
+        request,
+        {
+            "data": [job_summary(job, stages.get(job.id)) for job in jobs],
+            "pagination": pagination(page, limit, queries.job_count(**filters)),
+        },
+    )
 
 
 @router.get(
@@ -206,7 +229,7 @@ def list_jobs(
 def get_job_detail(request: HttpRequest, job_id: UUID):
     """Status, progress, params, timestamps, attempts, the stages of the current execution with
     their states and progress, published outputs, the job log tail and the queue entry."""
-    return job_detail(request, get_job(job_id))
+    return _shown(request, job_detail(request, get_job(job_id)))
 
 
 @router.get(
@@ -244,7 +267,7 @@ def list_job_tasks(
         }
         for t in tasks
     ]
-    return {"job_id": job.id, "data": data}
+    return _shown(request, {"job_id": job.id, "data": data})
 
 
 types_router = Router(tags=["jobs"])

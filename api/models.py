@@ -11,6 +11,14 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def new_raw_token() -> str:
+    return "jet_" + secrets.token_urlsafe(32)
+
+
+class TokenChangeRefused(ValueError):
+    """A saved token may not be un-revoked, and its user and scope are fixed at creation."""
+
+
 class ApiToken(models.Model):
     """A bearer token. Only its SHA-256 is stored; the raw value is shown once at creation."""
 
@@ -35,10 +43,26 @@ class ApiToken(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user}, {self.scope})"
 
+    def save(self, *args, **kwargs):
+        """Revocation is final and user and scope are fixed: checked against the stored row, so no
+        form, admin or script can raise a token's rights or bring a revoked one back."""
+        if self.pk is not None:
+            stored = type(self).objects.filter(pk=self.pk).values("revoked", "scope", "user_id").first()
+            if stored is not None:
+                if stored["revoked"] and not self.revoked:
+                    raise TokenChangeRefused("a revoked token cannot be restored; create a new one")
+                if stored["scope"] != self.scope or stored["user_id"] != self.user_id:
+                    raise TokenChangeRefused("a token's user and scope are fixed at creation")
+        super().save(*args, **kwargs)
+
+    def set_raw(self, raw: str) -> None:
+        self.token_hash = hash_token(raw)
+        self.prefix = raw[:12]
+
     @classmethod
     def issue(cls, user, scope: str = "read", name: str = "") -> tuple["ApiToken", str]:
-        raw = "jet_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(
-            user=user, scope=scope, name=name, token_hash=hash_token(raw), prefix=raw[:12]
-        )
+        raw = new_raw_token()
+        token = cls(user=user, scope=scope, name=name)
+        token.set_raw(raw)
+        token.save()
         return token, raw

@@ -50,8 +50,9 @@ def measure(url: str, jobs_count: int, samples: int, log=print) -> dict:
             "bench-admin", "bench@example.invalid", "bench-password-not-secret"
         )
     _, raw = ApiToken.issue(user, "read", name="benchmark")
-    token_client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    session_client = Client()
+    # "localhost": the project's settings do not allow the test client's default host, testserver.
+    token_client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}", SERVER_NAME="localhost")
+    session_client = Client(SERVER_NAME="localhost")
     session_client.force_login(user)
 
     out: dict = {

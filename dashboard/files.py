@@ -33,7 +33,10 @@ INLINE_TYPES = {
     "application/vnd.apple.mpegurl",
 }
 EXTRA_TYPES = {".m3u8": "application/vnd.apple.mpegurl", ".ts": "video/mp2t", ".m4s": "video/iso.segment"}
-RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# ASCII digits only (\d would take "²", which int() refuses), at most 18 of them (a byte offset
+# fits in a signed 64-bit integer): a longer number is not a range we can honour, so the header is
+# ignored and the whole file is served, as RFC 9110 allows for an invalid Range.
+RANGE = re.compile(r"^bytes=([0-9]{0,18})-([0-9]{0,18})$")
 CHUNK = 64 * 1024
 
 

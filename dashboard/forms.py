@@ -136,6 +136,38 @@ def _number(raw: str, integer: bool) -> Any:
         return raw
 
 
+MAX_JSON_FIELD_CHARS = 100_000
+MAX_JSON_DEPTH = 32
+
+
+def _nesting(raw: str) -> int:
+    """The deepest bracket nesting of a JSON text (brackets inside strings count too: an upper bound)."""
+    depth = deepest = 0
+    for ch in raw:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_json_field(raw: str) -> tuple[Any, str | None]:
+    """(value, None) for a JSON field's text, or (None, why it is refused). Checked before parsing:
+    size and nesting (json.loads recurses: 100,000 brackets raise RecursionError); a number of
+    more than 4,300 digits raises ValueError without a position."""
+    if len(raw) > MAX_JSON_FIELD_CHARS:
+        return None, f"is longer than {MAX_JSON_FIELD_CHARS} characters"
+    if _nesting(raw) > MAX_JSON_DEPTH:
+        return None, f"is nested more than {MAX_JSON_DEPTH} levels deep"
+    try:
+        return json.loads(raw), None
+    except json.JSONDecodeError as exc:
+        return None, f"is not valid JSON ({exc.msg})"
+    except (ValueError, RecursionError):
+        return None, "is not valid JSON (a number is too long)"
+
+
 class FormError(Exception):
     def __init__(self, errors: list[dict[str, str]]):
         super().__init__("invalid form")
@@ -161,10 +193,11 @@ def params_from_post(fields: list[SchemaField], data) -> dict[str, Any]:
         elif f.kind == "list":
             params[f.name] = [line.strip() for line in raw.splitlines() if line.strip()]
         elif f.kind == "json":
-            try:
-                params[f.name] = json.loads(raw)
-            except ValueError as exc:
-                errors.append({"field": f"params.{f.name}", "message": f"is not valid JSON ({exc.msg})"})
+            value, problem = parse_json_field(raw)
+            if problem:
+                errors.append({"field": f"params.{f.name}", "message": problem})
+            else:
+                params[f.name] = value
         else:
             params[f.name] = raw
     if errors:

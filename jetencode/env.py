@@ -7,6 +7,7 @@ mounted by systemd credentials, Docker or Kubernetes).
 """
 
 import os
+import secrets
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -74,3 +75,29 @@ def envlist(name: str, default: list[str] | None = None) -> list[str]:
     if value is None or value == "":
         return list(default or [])
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def create_secret_file(path: Path, value: str) -> str:
+    """Write `value` to `path` mode 0600 from the first byte, unless the file exists; return what
+    the file holds. Atomic: the value goes to a private temporary file that is then hard-linked into
+    place, so no reader sees a partial file, no other user ever can read it (there is no moment with
+    the umask's mode before a chmod), and of two processes racing to create it, both end up with
+    the one that was linked first."""
+    path = Path(path)
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass  # another process created it first: use theirs
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path.read_text().strip()

@@ -10,28 +10,37 @@ from pathlib import Path
 
 import dj_database_url
 
-from jetencode.env import envbool, envfloat, envint, envlist, envstr
+from jetencode.env import create_secret_file, envbool, envfloat, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("JETENCODE_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 
 
+DEBUG = envbool("JETENCODE_DEBUG", False)
+
+
 def _secret_key() -> str:
+    """JETENCODE_SECRET_KEY (or _FILE). Without one, development (JETENCODE_DEBUG=true, or the
+    embedded PostgreSQL, which is laptop-only) keeps a random key in var/secret_key; anything else
+    is a deployment and refuses to start rather than sign sessions with a key nobody chose."""
     key = envstr("JETENCODE_SECRET_KEY")
     if key:
         return key
-    # Development default: a random key kept under var/ so sessions survive restarts.
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    if not DEBUG and envstr("DATABASE_URL"):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            "JETENCODE_SECRET_KEY is not set (nor JETENCODE_SECRET_KEY_FILE) and JETENCODE_DEBUG is off: "
+            "refusing to start with a generated key. Set JETENCODE_SECRET_KEY_FILE to a file holding a "
+            "long random key (python3 -c 'import secrets; print(secrets.token_urlsafe(50))'), or "
+            "JETENCODE_DEBUG=true on a development machine."
+        )
+    # Development: a random key kept under var/ (0600) so sessions survive restarts.
+    return create_secret_file(VAR_DIR / "secret_key", secrets.token_urlsafe(50))
 
 
 SECRET_KEY = _secret_key()
-DEBUG = envbool("JETENCODE_DEBUG", False)
-ALLOWED_HOSTS = envlist("JETENCODE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+ALLOWED_HOSTS = envlist("JETENCODE_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = envlist("JETENCODE_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
@@ -53,6 +62,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "jetencode.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -159,8 +169,16 @@ JETENCODE = {
     "NOTIFY": envbool("JETENCODE_NOTIFY", True),
     "PREPARED_STATEMENTS": envbool("JETENCODE_PREPARED_STATEMENTS", True),
     "STALL_SECONDS": envfloat("JETENCODE_STALL_SECONDS", 120, minimum=1),
+    # Address-space limit (RLIMIT_AS) of each stage subprocess (FFmpeg), in MiB; 0 for none.
+    "FFMPEG_MEMORY_MB": envint("JETENCODE_FFMPEG_MEMORY_MB", 16384, minimum=0),
     "WEBHOOK_SECRET": envstr("JETENCODE_WEBHOOK_SECRET"),
     "WEBHOOK_ALLOW_PRIVATE": envbool("JETENCODE_WEBHOOK_ALLOW_PRIVATE", False),
+    # A delivery as a whole (connect + send + response), enforced on its socket.
+    "WEBHOOK_DEADLINE_SECONDS": envfloat("JETENCODE_WEBHOOK_DEADLINE_SECONDS", 30, minimum=0.1),
+    # Login throttling: failed logins per user name / per address within the window.
+    "LOGIN_FAILURES_PER_USER": envint("JETENCODE_LOGIN_FAILURES_PER_USER", 10, minimum=0),
+    "LOGIN_FAILURES_PER_ADDRESS": envint("JETENCODE_LOGIN_FAILURES_PER_ADDRESS", 50, minimum=0),
+    "LOGIN_WINDOW_SECONDS": envfloat("JETENCODE_LOGIN_WINDOW_SECONDS", 900, minimum=1),
 }
 MEDIA_ROOT_DIR = Path(envstr("JETENCODE_MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 OUTPUT_ROOT_DIR = Path(envstr("JETENCODE_OUTPUT_ROOT", str(VAR_DIR / "outputs"))).resolve()

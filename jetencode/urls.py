@@ -1,8 +1,14 @@
 from django.contrib import admin
+from django.contrib.auth.views import LoginView
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from jetencode.login import throttled
+
 urlpatterns = [
+    # Both login forms count failures (jetencode/login.py); these come before the routes they shadow.
+    path("admin/login/", throttled(admin.site.login)),
+    path("accounts/login/", throttled(LoginView.as_view()), name="login"),
     path("admin/", admin.site.urls),
     path("dashboard/", include("dashboard.urls")),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -268,6 +268,17 @@ def hls_package(
     ]
 
 
+IMAGE_MAX_HEIGHT = 4320  # media.params.MAX_OUTPUT_HEIGHT
+
+
+def width_within_bounds(width: int) -> str:
+    """Scale to `width` keeping the aspect (even sizes), unless that would be taller than
+    IMAGE_MAX_HEIGHT: a 16x4320 source scaled to 7680 wide would be two million lines high."""
+    return (
+        f"scale=w={int(width)}:h={IMAGE_MAX_HEIGHT}:force_original_aspect_ratio=decrease:force_divisible_by=2"
+    )
+
+
 def thumbnail(
     src: Path, dst: Path, *, timestamp: float, width: int, quality: int = 3, ffmpeg: str | None = None
 ) -> list[str]:
@@ -282,7 +293,7 @@ def thumbnail(
         "-frames:v",
         "1",
         "-vf",
-        f"scale={int(width)}:-2",
+        width_within_bounds(width),
         "-q:v",
         str(int(quality)),
         "-update",
@@ -293,43 +304,65 @@ def thumbnail(
     ]
 
 
-def gif(
+GIF_MAX_HEIGHT = 1920  # a very tall source scaled to the GIF's width stays within this
+
+
+def _gif_scale(start: float, duration: float, width: int, fps: int) -> tuple[list[str], str]:
+    """The input arguments (segment) and the video chain both GIF passes share: the same frames."""
+    box = f"scale=w={int(width)}:h={GIF_MAX_HEIGHT}:force_original_aspect_ratio=decrease:flags=lanczos"
+    args = ["-ss", _num(start)] if start else []
+    return args + ["-t", _num(duration)], f"fps={int(fps)},{box}"
+
+
+def gif_palette(
     src: Path,
-    dst: Path,
+    palette: Path,
     *,
     start: float,
     duration: float,
     width: int,
     fps: int,
     max_colors: int = 256,
+    ffmpeg: str | None = None,
+) -> list[str]:
+    """Pass 1 of a GIF: the segment's palette as a PNG. palettegen keeps a colour histogram, not
+    the frames, so memory does not grow with the GIF's length (a one-pass split/palettegen/paletteuse
+    graph buffers every frame until the palette is known: 1920 wide, 50 fps, 60 s is ~25 GB)."""
+    segment, chain = _gif_scale(start, duration, width, fps)
+    graph = f"{chain},palettegen=max_colors={int(max_colors)}"
+    return (
+        base_args(ffmpeg)
+        + segment
+        + ["-i", _path(src), "-vf", graph, "-frames:v", "1"]
+        + [
+            "-update",
+            "1",
+            "-f",
+            "image2",
+            _path(palette),
+        ]
+    )
+
+
+def gif(
+    src: Path,
+    dst: Path,
+    *,
+    palette: Path,
+    start: float,
+    duration: float,
+    width: int,
+    fps: int,
     dither: str = "sierra2_4a",
     ffmpeg: str | None = None,
 ) -> list[str]:
-    """A GIF with a palette computed from the segment itself (palettegen) and applied (paletteuse)."""
+    """Pass 2 of a GIF: the segment mapped onto the palette of pass 1 (`gif_palette`), streaming."""
     if dither not in ("sierra2_4a", "bayer", "floyd_steinberg", "none"):
         raise ValueError(f"unknown dither {dither!r}")
-    graph = (
-        f"[0:v]fps={int(fps)},scale={int(width)}:-1:flags=lanczos,split[a][b];"
-        f"[a]palettegen=max_colors={int(max_colors)}[p];[b][p]paletteuse=dither={dither}[v]"
-    )
-    argv = base_args(ffmpeg)
-    if start:
-        argv += ["-ss", _num(start)]
-    return argv + [
-        "-t",
-        _num(duration),
-        "-i",
-        _path(src),
-        "-filter_complex",
-        graph,
-        "-map",
-        "[v]",
-        "-loop",
-        "0",
-        "-f",
-        "gif",
-        _path(dst),
-    ]
+    segment, chain = _gif_scale(start, duration, width, fps)
+    graph = f"[0:v]{chain}[x];[x][1:v]paletteuse=dither={dither}[v]"
+    argv = base_args(ffmpeg) + segment + ["-i", _path(src), "-i", _path(palette)]
+    return argv + ["-filter_complex", graph, "-map", "[v]", "-loop", "0", "-f", "gif", _path(dst)]
 
 
 # --- multi-input compositions -----------------------------------------------------------------
@@ -606,7 +639,7 @@ def scene_detect(
         return argv + ["-vf", graph, "-f", "null", "-"]
     return argv + [
         "-vf",
-        f"{graph},scale={int(thumb_width)}:-2",
+        f"{graph},{width_within_bounds(thumb_width)}",
         "-fps_mode",
         "vfr",
         "-frames:v",

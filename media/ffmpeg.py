@@ -39,9 +39,117 @@ H264_HARDWARE_PREFERENCE = ("h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videot
 TEST_ENCODE_TIMEOUT = 30.0
 VAAPI_DEVICE = "/dev/dri/renderD128"
 
+# --- what FFmpeg and PyAV may open on a user's input -----------------------------------------------
+# An input under the media root is a media file. FFmpeg's demuxers for playlists, concat lists,
+# manifests and scripts (hls, concat, dash, imf, webm_dash_manifest, avisynth, vapoursynth, ...) follow
+# the references inside the file, to absolute `file:` paths anywhere on the worker or to URLs, so
+# they are not on this list: a file that probes as one of them fails to open ("Format not on
+# whitelist"). Every demuxer below holds its media itself (mov's external data references stay off:
+# FFmpeg's `enable_drefs` defaults to false). Names are FFmpeg's demuxer names, comma-separated
+# aliases included (mov's is "mov,mp4,m4a,3gp,3g2,mj2").
+INPUT_FORMATS = (
+    "mov,mp4,m4a,3gp,3g2,mj2",
+    "matroska,webm",
+    "avi",
+    "mpegts",
+    "mpeg",
+    "mpegvideo",
+    "asf",
+    "flv",
+    "ogg",
+    "m4v",
+    "h264",
+    "hevc",
+    "wav",
+    "w64",
+    "aiff",
+    "mp3",
+    "aac",
+    "ac3",
+    "eac3",
+    "flac",
+    "image2",
+    "jpeg_pipe",
+    "png_pipe",
+    "webp_pipe",
+    "bmp_pipe",
+    "gif",
+)
+# Only local files: no http, tcp, data:, subfile, concat:, pipe: ... on an input.
+INPUT_PROTOCOLS = "file"
+
 
 class FFmpegNotFound(RuntimeError):
     pass
+
+
+def input_options() -> dict[str, str]:
+    """The AVFormatContext options every user input is opened with (PyAV's `container_options`)."""
+    return {"protocol_whitelist": INPUT_PROTOCOLS, "format_whitelist": ",".join(INPUT_FORMATS)}
+
+
+def input_args() -> list[str]:
+    """The same options as FFmpeg per-input arguments (they apply to the next `-i`)."""
+    return [arg for name, value in input_options().items() for arg in (f"-{name}", value)]
+
+
+def guard_inputs(argv: list[str]) -> list[str]:
+    """`argv` with the input whitelists in front of every file input (`-i`). Synthetic `-f lavfi`
+    inputs (test patterns, silence) are left alone; an input that already carries a whitelist
+    keeps its own. Idempotent."""
+    out: list[str] = []
+    since_last_input: list[str] = []  # the arguments that apply to the next input
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "-i" and index + 1 < len(argv):
+            forced = _option_value(since_last_input, "-f")
+            if forced != "lavfi" and "-format_whitelist" not in since_last_input:
+                out += input_args()
+            out += [arg, argv[index + 1]]
+            since_last_input = []
+            index += 2
+            continue
+        out.append(arg)
+        since_last_input.append(arg)
+        index += 1
+    return out
+
+
+def _option_value(args: list[str], name: str) -> str | None:
+    value = None
+    for position, arg in enumerate(args[:-1]):
+        if arg == name:
+            value = args[position + 1]
+    return value
+
+
+HARDWARE_OPTIONS = frozenset(
+    {"-hwaccel", "-hwaccel_device", "-init_hw_device", "-filter_hw_device", "-vaapi_device"}
+)
+
+
+def uses_hardware(argv: list[str]) -> bool:
+    """argv opens a GPU or other hardware device (an encoder wrapper, hwaccel, hwupload). CUDA and
+    the VA/QSV drivers reserve address space far beyond what they use, so such a process cannot run
+    under an address-space limit (workers/processes.py leaves it unlimited)."""
+    for arg in map(str, argv):
+        if arg in HARDWARE_OPTIONS or arg.endswith(HARDWARE_SUFFIXES) or "hwupload" in arg or "_cuda" in arg:
+            return True
+    return False
+
+
+def is_ffmpeg(argv: list[str]) -> bool:
+    """argv runs this machine's FFmpeg (the configured binary, or any program named ffmpeg*)."""
+    if not argv:
+        return False
+    program = str(argv[0])
+    if Path(program).name.startswith("ffmpeg"):
+        return True
+    try:
+        return Path(program).resolve() == Path(ffmpeg_path()).resolve()
+    except (FFmpegNotFound, OSError):
+        return False
 
 
 def _executable(path: str) -> bool:

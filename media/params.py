@@ -8,12 +8,15 @@ checked by `media.paths` at submission (the worker checks again).
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections import Counter
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from media.paths import UnsafePathError, check_relative, resolve_media_path
+from media.probe import reference_problem
 
 Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -32,9 +35,13 @@ MAX_INPUTS = 64
 
 def _check_media_file(value: str, what: str) -> str:
     try:
-        resolve_media_path(value, what=what, kind="file", must_exist=True)
+        path = resolve_media_path(value, what=what, kind="file", must_exist=True)
     except UnsafePathError as exc:
         raise ValueError(str(exc)) from None
+    # A playlist or concat list makes FFmpeg read the files it names, anywhere (media.probe).
+    problem = reference_problem(path)
+    if problem:
+        raise ValueError(f"{what} {problem}")
     return check_relative(value, what=what).as_posix()
 
 
@@ -53,6 +60,71 @@ def _check_target_dir(value: str, what: str) -> str:
     except UnsafePathError as exc:
         raise ValueError(str(exc)) from None
     return check_relative(value, what=what).as_posix()
+
+
+# --- output bounds (hardening) ---------------------------------------------------------------------
+# Per-field bounds are not output bounds: a 2x2 grid of 7680-wide cells is 15360 wide, and a grid of
+# 64 of them is 61440x34560. These bound what a job may *produce* (docs/security.md, "Limits"); each
+# refusal is a 422 naming the field. What depends on the media (the length of a compilation) is
+# checked by the dispatch stage against the same constants (workers/stages/compile.py).
+MAX_OUTPUT_WIDTH = 7680
+MAX_OUTPUT_HEIGHT = 4320
+MAX_OUTPUT_PIXELS = MAX_OUTPUT_WIDTH * MAX_OUTPUT_HEIGHT  # 8K UHD, 33.2 megapixels per frame
+MAX_OUTPUT_SECONDS = 4 * 3600.0  # a compilation, whatever its sources add up to
+MAX_OUTPUT_FRAMES = 864_000  # 4 hours at 60 fps; at 120 fps a compilation may last 2 hours
+MAX_SOURCE_REPEATS = 4  # one file or asset may appear at most this often in inputs / video_ids
+
+
+def _grid_size(count: int, columns: int | None, cell_width: int, cell_height: int) -> tuple[int, int]:
+    """Width and height of a grid of `count` cells, as compile_mega lays it out."""
+    columns = columns or max(1, math.ceil(math.sqrt(count)))
+    rows = max(1, math.ceil(count / columns))
+    return columns * cell_width, rows * cell_height
+
+
+def check_grid_side(value: int, info: ValidationInfo, *, fixed_columns: int | None = None) -> int:
+    """A field validator for cell_width / cell_height: the whole grid must fit MAX_OUTPUT_WIDTH x
+    MAX_OUTPUT_HEIGHT. Reads the sources and columns validated before it (pydantic's field order)."""
+    data = info.data
+    if data.get("layout", "grid") != "grid":
+        return value
+    sources = data.get("inputs") or data.get("video_ids") or []
+    count = fixed_columns * fixed_columns if fixed_columns else max(1, len(sources))
+    columns = fixed_columns or data.get("columns")
+    if info.field_name == "cell_width":
+        width, _ = _grid_size(count, columns, value, 1)
+        if width > MAX_OUTPUT_WIDTH:
+            raise ValueError(
+                f"the grid would be {width} pixels wide (columns x cell_width); at most {MAX_OUTPUT_WIDTH}"
+            )
+    else:
+        _, height = _grid_size(count, columns, 1, value)
+        if height > MAX_OUTPUT_HEIGHT:
+            raise ValueError(
+                f"the grid would be {height} pixels high (rows x cell_height); at most {MAX_OUTPUT_HEIGHT}"
+            )
+    return value
+
+
+def check_repeats(values: list, what: str) -> list:
+    """No source more than MAX_SOURCE_REPEATS times (64 copies of one asset is one job's worth of
+    decoders and memory for a single file)."""
+    for value, times in Counter(str(v) for v in values).items():
+        if times > MAX_SOURCE_REPEATS:
+            raise ValueError(f"{what} names {value} {times} times; at most {MAX_SOURCE_REPEATS}")
+    return values
+
+
+def check_output_duration(seconds: float, fps: float, what: str) -> str | None:
+    """Why an output of `seconds` at `fps` is too long, or None."""
+    if seconds > MAX_OUTPUT_SECONDS:
+        return f"{what} would last {seconds:.0f} s, more than the limit of {MAX_OUTPUT_SECONDS:.0f} s"
+    if seconds * fps > MAX_OUTPUT_FRAMES:
+        return f"{what} would have {seconds * fps:.0f} frames, more than the limit of {MAX_OUTPUT_FRAMES}"
+    return None
+
+
+# --- the params models -------------------------------------------------------------------------------
 
 
 class Params(BaseModel):
@@ -90,7 +162,13 @@ class MultiInput(Params):
     def _inputs_are_safe(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
+        check_repeats(value, "inputs")
         return [_check_media_file(item, f"inputs[{index}]") for index, item in enumerate(value)]
+
+    @field_validator("video_ids")
+    @classmethod
+    def _ids_repeat_at_most(cls, value: list[uuid.UUID] | None) -> list[uuid.UUID] | None:
+        return None if value is None else check_repeats(value, "video_ids")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -267,6 +345,11 @@ class CompileQuadParams(CompileOutput, MultiInput):
     duration: Literal["shortest", "longest"] = "shortest"
     audio: Literal["mix", "first", "none"] = "mix"
 
+    @field_validator("cell_width", "cell_height")
+    @classmethod
+    def _grid_fits(cls, value: int, info: ValidationInfo) -> int:
+        return check_grid_side(value, info, fixed_columns=2)
+
     @model_validator(mode="after")
     def _four(self):
         if self.source_count() != 4:
@@ -283,6 +366,11 @@ class CompileMegaParams(CompileOutput, MultiInput):
     height: Height = Field(720, description="Concat output height")
     duration: Literal["shortest", "longest"] = "shortest"
     audio: Literal["mix", "first", "none"] = "mix"
+
+    @field_validator("cell_width", "cell_height")
+    @classmethod
+    def _grid_fits(cls, value: int, info: ValidationInfo) -> int:
+        return check_grid_side(value, info)
 
     @model_validator(mode="after")
     def _count(self):
@@ -335,6 +423,16 @@ class ClipGenerateParams(EncodeOptions, SingleInput):
     threshold: float = Field(0.3, ge=0.01, le=1.0, description="Scene threshold when scenes are detected")
     min_clip_seconds: float = Field(1.0, ge=0, le=600, description="Skip detected scenes shorter than this")
     max_clips: int = Field(20, ge=1, le=100)
+
+    @field_validator("ranges")
+    @classmethod
+    def _clips_within_output_length(cls, value: list[TimeRange] | None) -> list[TimeRange] | None:
+        total = sum(r.end - r.start for r in value or [])
+        if total > MAX_OUTPUT_SECONDS:
+            raise ValueError(
+                f"the ranges add up to {total:.0f} s of clips; at most {MAX_OUTPUT_SECONDS:.0f} s"
+            )
+        return value
 
 
 class SignalWeights(Params):

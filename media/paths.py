@@ -18,7 +18,10 @@ from pathlib import Path, PurePosixPath
 from django.conf import settings
 
 MAX_PATH_CHARS = 1024
-MAX_COMPONENT_CHARS = 255
+# The filesystem counts bytes, not characters: NAME_MAX is 255 bytes per name on Linux (200 × "é"
+# is 400 bytes, and exists() would raise ENAMETOOLONG), so names are measured in UTF-8 bytes.
+MAX_COMPONENT_BYTES = 255
+MAX_PATH_BYTES = 1024
 # RFC 3986 scheme syntax; also catches FFmpeg protocols (concat:, file:, data:...).
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
@@ -40,6 +43,10 @@ def check_relative(rel: str, *, what: str = "path") -> PurePosixPath:
         raise UnsafePathError(f"{what} is longer than {MAX_PATH_CHARS} characters")
     if "\x00" in rel:
         raise UnsafePathError(f"{what} contains a NUL byte")
+    if _utf8_length(rel) is None:
+        raise UnsafePathError(f"{what} is not valid Unicode text")
+    if _utf8_length(rel) > MAX_PATH_BYTES:
+        raise UnsafePathError(f"{what} is longer than {MAX_PATH_BYTES} bytes (UTF-8)")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in rel):
         raise UnsafePathError(f"{what} contains a control character")
     if "\\" in rel:
@@ -63,9 +70,18 @@ def check_relative(rel: str, *, what: str = "path") -> PurePosixPath:
             raise UnsafePathError(
                 f"{what} has a name beginning with '-', which FFmpeg would read as an option"
             )
-        if len(part) > MAX_COMPONENT_CHARS:
-            raise UnsafePathError(f"{what} has a name longer than {MAX_COMPONENT_CHARS} characters")
+        if _utf8_length(part) > MAX_COMPONENT_BYTES:
+            raise UnsafePathError(
+                f"{what} has a name longer than {MAX_COMPONENT_BYTES} bytes (UTF-8), the filesystem's limit"
+            )
     return PurePosixPath(*parts)
+
+
+def _utf8_length(text: str) -> int | None:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
 
 
 def media_root() -> Path:

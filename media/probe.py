@@ -15,6 +15,39 @@ from typing import Any
 
 import av
 
+from media.ffmpeg import input_options
+
+# Playlists, concat lists, manifests and scripts: files that name other files or URLs. Refused as
+# inputs by extension here, and by their real format wherever FFmpeg or PyAV opens them (the
+# demuxer whitelist of media.ffmpeg), so renaming one to .mp4 does not help.
+REFERENCE_EXTENSIONS = frozenset(
+    {
+        ".m3u",
+        ".m3u8",
+        ".hls",
+        ".ffconcat",
+        ".concat",
+        ".mpd",
+        ".ism",
+        ".isml",
+        ".f4m",
+        ".pls",
+        ".xspf",
+        ".asx",
+        ".wpl",
+        ".cue",
+        ".sdp",
+        ".avs",
+        ".vpy",
+        ".imf",
+        ".xml",
+        ".txt",
+        ".ffmeta",
+    }
+)
+REFERENCE_KIND = "is a playlist, concat list or other file that refers to other files"
+REFERENCE_REFUSAL = f"{REFERENCE_KIND}, which FFmpeg could follow outside the media root; give a media file"
+
 
 class ProbeError(Exception):
     """The file is missing, unreadable or has no usable stream; `reason` is safe to show."""
@@ -157,13 +190,42 @@ def _audio_fields(audio) -> dict[str, Any]:
     return {"audio_codec": ctx.name or "", "sample_rate": ctx.sample_rate, "channels": ctx.channels}
 
 
+def _open(path: Path) -> av.container.InputContainer:
+    """Open a user's file with the input whitelists (file protocol, media demuxers only)."""
+    try:
+        return av.open(str(path), mode="r", metadata_errors="ignore", container_options=input_options())
+    except av.error.ValueError as exc:
+        # EINVAL from avformat_open_input: the probed demuxer is not on the whitelist.
+        raise ProbeError(path, f"not a media file: it {REFERENCE_KIND}") from exc
+    except av.error.FFmpegError as exc:
+        raise ProbeError(path, f"not a readable media file ({exc})") from exc
+
+
+def reference_problem(path: Path | str) -> str | None:
+    """Why `path` may not be an input (a playlist or another file that refers to files), or None.
+
+    By extension first, then by the format FFmpeg itself probes (a playlist renamed .mp4 is still
+    found when FFmpeg would read it as one). Files FFmpeg cannot read at all are not this check's
+    business: the validate stage marks them invalid."""
+    path = Path(path)
+    if path.suffix.lower() in REFERENCE_EXTENSIONS:
+        return REFERENCE_REFUSAL
+    try:
+        container = av.open(str(path), mode="r", metadata_errors="ignore", container_options=input_options())
+    except av.error.ValueError:
+        return REFERENCE_REFUSAL
+    except (av.error.FFmpegError, OSError):
+        return None
+    container.close()
+    return None
+
+
 def probe(path: Path | str) -> MediaInfo:
     path = Path(path)
     size = _size_of(path)
-    try:
-        container = av.open(str(path), mode="r", metadata_errors="ignore")
-    except av.error.FFmpegError as exc:
-        raise ProbeError(path, f"not a readable media file ({exc})") from exc
+    if path.suffix.lower() in REFERENCE_EXTENSIONS:
+        raise ProbeError(path, f"not a media file: it {REFERENCE_KIND}")
+    container = _open(path)
     try:
         video = container.streams.video[0] if container.streams.video else None
         audio = container.streams.audio[0] if container.streams.audio else None

@@ -23,6 +23,7 @@ import json
 import secrets
 import socket
 import ssl
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 SECRET_PREFIX = "whsec_"
-TIMEOUT_SECONDS = 15.0
+TIMEOUT_SECONDS = 15.0  # each connect, send and receive
+DEADLINE_SECONDS = 30.0  # the whole delivery: connect + send + response (JETENCODE_WEBHOOK_DEADLINE_SECONDS)
 DEFAULT_TOLERANCE_SECONDS = 5 * 60
 MAX_RESPONSE_BYTES = 4096
 USER_AGENT = "JetEncode-Webhooks/1"
@@ -160,9 +162,22 @@ def allow_private_default() -> bool:
     return bool(getattr(settings, "JETENCODE", {}).get("WEBHOOK_ALLOW_PRIVATE", False))
 
 
+SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+SITE_LOCAL = ipaddress.ip_network("fec0::/10")
+
+
 def address_is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is loopback too
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address_is_public(address.ipv4_mapped)  # ::ffff:127.0.0.1 is loopback too
+        if address in SITE_LOCAL:
+            return False  # deprecated site-local: Python 3.11 counts it global
+        if address in SIX_TO_FOUR:
+            # 6to4 embeds an IPv4 address (2002:7f00:1:: is 127.0.0.1) that relays route to.
+            return address.sixtofour is not None and address_is_public(address.sixtofour)
+        if address.teredo is not None:
+            server, client = address.teredo
+            return address_is_public(server) and address_is_public(client)
     return not (
         address.is_loopback
         or address.is_link_local
@@ -190,15 +205,17 @@ def check_url(url: str, *, allow_private: bool | None = None) -> Target:
         raise UnsafeWebhookURL("webhook URL must be a string of at most 2048 characters")
     if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
         raise UnsafeWebhookURL("webhook URL contains whitespace or control characters")
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise UnsafeWebhookURL("webhook URL must use http or https")
     try:
+        # urlsplit itself raises on a bad IPv6 literal ("http://[::1") and on a host whose NFKC
+        # form holds a separator (a fullwidth solidus); .port on a port out of range.
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
         host = parts.hostname
         port = parts.port or (443 if scheme == "https" else 80)
-    except ValueError as exc:
-        raise UnsafeWebhookURL(f"webhook URL is malformed: {exc}") from None
+    except ValueError:
+        raise UnsafeWebhookURL("webhook URL is malformed (its host or port cannot be parsed)") from None
+    if scheme not in ("http", "https"):
+        raise UnsafeWebhookURL("webhook URL must use http or https")
     if not host:
         raise UnsafeWebhookURL("webhook URL has no host")
     if parts.username or parts.password:
@@ -217,9 +234,10 @@ def check_url(url: str, *, allow_private: bool | None = None) -> Target:
     if not allow_private:
         for text in addresses:
             if not address_is_public(ipaddress.ip_address(text)):
+                # Which address it resolved to is not said: it would map internal names for a caller.
                 raise UnsafeWebhookURL(
-                    f"webhook host {host!r} resolves to {text}, a loopback, private, link-local or otherwise "
-                    "non-public address (set JETENCODE_WEBHOOK_ALLOW_PRIVATE=true to allow)"
+                    f"webhook host {host!r} is not a public address (loopback, private, link-local and "
+                    "other non-public targets are refused; JETENCODE_WEBHOOK_ALLOW_PRIVATE=true allows them)"
                 )
     path = parts.path or "/"
     if parts.query:
@@ -230,27 +248,93 @@ def check_url(url: str, *, allow_private: bool | None = None) -> Target:
 # --- delivery ---------------------------------------------------------------------------------
 
 
+class DeliveryDeadline(TimeoutError):
+    """The delivery as a whole (connect + send + response) took longer than its deadline."""
+
+
+class _Deadline:
+    """A monotonic deadline for one delivery, enforced on its socket.
+
+    A socket timeout bounds one `recv`; a receiver that trickles a byte every few seconds never
+    trips it. So when the deadline passes a timer shuts the socket down, which wakes whatever
+    `recv`/`send` is blocked on it, and the delivery fails with DeliveryDeadline."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._timer: threading.Timer | None = None
+
+    def remaining(self) -> float:
+        left = self.ends - time.monotonic()
+        if left <= 0:
+            self.expired = True
+            raise DeliveryDeadline(f"webhook delivery exceeded its deadline of {self.seconds:g}s")
+        return left
+
+    def guard(self, sock: socket.socket) -> None:
+        """Shut `sock` down when the deadline passes (until `release`)."""
+        with self._lock:
+            self._sock = sock
+            self._timer = threading.Timer(max(0.0, self.ends - time.monotonic()), self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def release(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._sock = None
+
+    def _expire(self) -> None:
+        with self._lock:
+            sock, self._sock = self._sock, None
+            self.expired = True
+        if sock is not None:
+            try:
+                # The plain socket's shutdown (an SSLSocket's own would try a TLS close first).
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
 class _PinnedHTTPConnection(http.client.HTTPConnection):
     """Connects to an already-checked address while sending the URL's Host header."""
 
-    def __init__(self, host: str, port: int, address: str, timeout: float):
+    def __init__(self, host: str, port: int, address: str, timeout: float, deadline: _Deadline):
         super().__init__(host, port, timeout=timeout)
         self._address = address
+        self._deadline = deadline
+
+    def _open(self) -> socket.socket:
+        timeout = min(self.timeout, self._deadline.remaining())
+        sock = socket.create_connection((self._address, self.port), timeout)
+        self._deadline.guard(sock)
+        return sock
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._open()
 
 
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int, address: str, timeout: float, context: ssl.SSLContext):
-        super().__init__(host, port, timeout=timeout, context=context)
+class _PinnedHTTPSConnection(_PinnedHTTPConnection, http.client.HTTPSConnection):
+    def __init__(
+        self, host: str, port: int, address: str, timeout: float, deadline: _Deadline, context: ssl.SSLContext
+    ):
+        http.client.HTTPSConnection.__init__(self, host, port, timeout=timeout, context=context)
         self._address = address
+        self._deadline = deadline
         self._ssl_context = context
 
     def connect(self) -> None:
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        # Certificate and SNI are checked against the URL's host name, not the address.
-        self.sock = self._ssl_context.wrap_socket(sock, server_hostname=self.host)
+        # Certificate and SNI are checked against the URL's host name, not the address; the
+        # handshake runs under the deadline's guard too.
+        self.sock = self._ssl_context.wrap_socket(self._open(), server_hostname=self.host)
+
+
+def deadline_default() -> float:
+    return float(getattr(settings, "JETENCODE", {}).get("WEBHOOK_DEADLINE_SECONDS") or DEADLINE_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -272,11 +356,14 @@ def send(
     *,
     secret: str | None = None,
     timeout: float = TIMEOUT_SECONDS,
+    deadline: float | None = None,
     allow_private: bool | None = None,
     timestamp: int | None = None,
 ) -> Delivery:
     """POST `payload` as signed JSON, once. Returns the Delivery whatever its status; raises
-    UnsafeWebhookURL for a refused URL and OSError/http.client errors for network failures.
+    UnsafeWebhookURL for a refused URL and OSError/http.client errors for network failures
+    (DeliveryDeadline, a TimeoutError, when the whole delivery took longer than `deadline`
+    seconds, default JETENCODE_WEBHOOK_DEADLINE_SECONDS). `timeout` bounds each socket operation.
     Redirects come back as their 3xx status and are never followed.
 
     `secret` defaults to JETENCODE_WEBHOOK_SECRET; without one the request carries webhook-id and
@@ -291,23 +378,31 @@ def send(
         "User-Agent": USER_AGENT,
         **signature_headers(secret, webhook_id, body, timestamp),
     }
+    clock = _Deadline(deadline_default() if deadline is None else deadline)
     last_error: Exception | None = None
     for address in target.addresses:
         if target.scheme == "https":
             conn: http.client.HTTPConnection = _PinnedHTTPSConnection(
-                target.host, target.port, address, timeout, ssl.create_default_context()
+                target.host, target.port, address, timeout, clock, ssl.create_default_context()
             )
         else:
-            conn = _PinnedHTTPConnection(target.host, target.port, address, timeout)
+            conn = _PinnedHTTPConnection(target.host, target.port, address, timeout, clock)
         try:
             conn.request("POST", target.path, body=body, headers=headers)
             response = conn.getresponse()
             text = response.read(MAX_RESPONSE_BYTES).decode("utf-8", "replace")
+            if clock.expired:  # the guard cut the response short
+                raise DeliveryDeadline(f"webhook delivery exceeded its deadline of {clock.seconds:g}s")
             return Delivery(response.status, text, webhook_id, address)
         except (OSError, http.client.HTTPException) as exc:
+            if clock.expired:
+                raise DeliveryDeadline(
+                    f"webhook delivery exceeded its deadline of {clock.seconds:g}s"
+                ) from exc
             # Only connection failures move on to the next address; a response is final.
             last_error = exc
         finally:
+            clock.release()
             conn.close()
     assert last_error is not None
     raise last_error

@@ -119,8 +119,11 @@ def _ids_search(queryset, term: str, *, int_field: str | None, uuid_field: str |
     term = term.strip()
     if not term:
         return queryset
-    if int_field and term.isdigit():
-        return queryset.filter(**{int_field: int(term)})
+    if "\x00" in term:
+        return queryset.none()  # PostgreSQL text cannot hold NUL: nothing can match it
+    # ASCII digits only ("²".isdigit() is true, int("²") raises), and within bigint.
+    if int_field and term.isascii() and term.isdigit():
+        return queryset.filter(**{int_field: int(term)}) if len(term) <= 18 else queryset.none()
     if uuid_field:
         try:
             return queryset.filter(**{uuid_field: uuid.UUID(term)})
@@ -182,6 +185,8 @@ class JobAdmin(JobActionsMixin, CheapPaginationMixin, ReadOnlyAdmin):
         job_id = _search_uuid(search_term)
         if job_id is not None:
             return queryset.filter(pk=job_id), False
+        if "\x00" in search_term:
+            return queryset.none(), False
         return queryset.filter(type__icontains=search_term.strip()) if search_term else queryset, False
 
     @admin.display(description="job", ordering="created_at")

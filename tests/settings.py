@@ -6,11 +6,16 @@ embedded PostgreSQL when DATABASE_URL is unset (as manage.py does for a command)
 """
 
 import os
+import secrets
 
 from jetencode import embedded_db
 from jetencode.env import envstr
 
 embedded_db.start_if_used()
+
+# A deployment (DATABASE_URL set, DEBUG off) refuses to start without a secret key: the suite has one
+# of its own, which the workers and web servers it starts inherit.
+os.environ.setdefault("JETENCODE_SECRET_KEY", "tests-" + secrets.token_urlsafe(40))
 
 from jetencode.settings import *  # noqa: E402, F403
 from jetencode.settings import DATABASES, STORAGES  # noqa: E402
@@ -25,3 +30,5 @@ STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.s
 # The suite's users are the cast of tests/kit/personas.py; PBKDF2 at full strength would cost a
 # second per persona, and no test is about password hashing.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Django's test client calls itself "testserver"; the project's defaults no longer allow it.
+ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]  # noqa: F405

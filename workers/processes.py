@@ -16,6 +16,7 @@ import ctypes
 import functools
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -23,6 +24,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from media import ffmpeg
 
 log = logging.getLogger("jetencode.worker")
 
@@ -36,11 +39,23 @@ if sys.platform.startswith("linux"):
         _prctl = None
 
 
-def _child_setup(parent_pid: int) -> None:  # runs in the child between fork and exec: keep it tiny
+def _child_setup(parent_pid: int, memory_bytes: int) -> None:  # between fork and exec: keep it tiny
     if _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the worker died before prctl took effect
         os._exit(111)
+    if memory_bytes > 0:
+        # Address space of the stage's process (FFmpeg): an allocation past it fails inside FFmpeg,
+        # which exits with an error, instead of the machine's OOM killer picking the worker.
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+def memory_limit_bytes() -> int:
+    """JETENCODE_FFMPEG_MEMORY_MB as bytes (0: no limit), read when a stage process starts."""
+    from django.conf import settings
+
+    megabytes = int(getattr(settings, "JETENCODE", {}).get("FFMPEG_MEMORY_MB", 0) or 0)
+    return max(0, megabytes) * 1024 * 1024
 
 
 def _live_members(pgid: int) -> int | None:
@@ -142,19 +157,62 @@ def _forget(group: ProcessGroup) -> None:
         _live.discard(group)
 
 
+# What a stage process (FFmpeg) inherits from the worker's environment: the locale, PATH and the
+# variables GPU drivers read. Never DATABASE_URL, cloud credentials, the secret key or any other
+# JETENCODE_/AWS_ variable: a stage needs none of them, and FFmpeg may be handed hostile files.
+SUBPROCESS_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
+        "LD_LIBRARY_PATH",
+        "PYTHONUNBUFFERED",
+    }
+)
+SUBPROCESS_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "LIBVA_", "VDPAU_", "INTEL_", "MFX_", "ONEVPL_")
+
+
+def minimal_environment(source: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a stage process gets: `source` (default os.environ) filtered to the names
+    above."""
+    source = os.environ if source is None else source
+    return {
+        name: value
+        for name, value in source.items()
+        if name in SUBPROCESS_ENV_NAMES or name.startswith(SUBPROCESS_ENV_PREFIXES)
+    }
+
+
 def start(
     argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None
 ) -> ProcessGroup:
-    """Start `argv` in its own session with stdout and stderr piped and no stdin."""
+    """Start `argv` in its own session with stdout and stderr piped and no stdin, under the stage
+    memory limit (RLIMIT_AS, JETENCODE_FFMPEG_MEMORY_MB; not for hardware encoders, see
+    media.ffmpeg.uses_hardware) and with a minimal environment
+    (`minimal_environment`) unless `env` is given.
+
+    FFmpeg's file inputs get the input whitelists (media.ffmpeg.guard_inputs: local files and
+    media demuxers only), whichever stage built the argv."""
+    argv = list(argv)
+    if ffmpeg.is_ffmpeg(argv):
+        argv = ffmpeg.guard_inputs(argv)
+    # A GPU encoder's process runs unlimited: CUDA reserves more address space than any sane limit.
+    memory = 0 if ffmpeg.uses_hardware(argv) else memory_limit_bytes()
     popen = subprocess.Popen(
-        list(argv),
+        argv,
         cwd=str(cwd) if cwd is not None else None,
-        env=env,
+        env=minimal_environment() if env is None else env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=functools.partial(_child_setup, os.getpid()),  # noqa: PLW1509 (tiny, no locks, no imports)
+        # The child setup is tiny: a prctl and a setrlimit, no locks, no imports.
+        preexec_fn=functools.partial(_child_setup, os.getpid(), memory),  # noqa: PLW1509
         close_fds=True,
     )
     group = ProcessGroup(popen, argv)

@@ -14,6 +14,7 @@ import sys
 import urllib.request
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test import Client, override_settings
 
@@ -45,6 +46,7 @@ def app_env(database_url, tmp_path, **extra):
             "DATABASE_URL": database_url,
             "JETENCODE_VAR_DIR": str(tmp_path / "var"),
             "JETENCODE_SIMPLE_STATIC": "true",
+            "JETENCODE_SECRET_KEY": settings.SECRET_KEY,  # a deployment refuses to start without one
             **extra,
         }
     )

@@ -63,6 +63,7 @@ def worker_environment(database_url: str, base: Path, **extra: str) -> dict[str,
             # This process's var dir: its secret key exists already, so workers starting together
             # do not race to create one.
             "JETENCODE_VAR_DIR": str(settings.VAR_DIR),
+            "JETENCODE_SECRET_KEY": settings.SECRET_KEY,  # a deployment refuses to start without one
             "PYTHONUNBUFFERED": "1",
         }
     )

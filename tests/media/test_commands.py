@@ -80,10 +80,12 @@ def test_thumbnail_at_a_timestamp_scaled_to_width(clips, tmp_path):
 
 
 def test_gif_uses_a_palette_of_the_requested_colours(clips, tmp_path):
-    out = tmp_path / "c.gif"
-    argv = commands.gif(clips.landscape, out, start=0.5, duration=1.0, width=120, fps=10, max_colors=64)
-    assert "palettegen=max_colors=64" in argv[argv.index("-filter_complex") + 1]
+    out, palette = tmp_path / "c.gif", tmp_path / "palette.png"
+    shape = {"start": 0.5, "duration": 1.0, "width": 120, "fps": 10}
+    argv = commands.gif_palette(clips.landscape, palette, max_colors=64, **shape)
+    assert "palettegen=max_colors=64" in argv[argv.index("-vf") + 1]
     run(argv)
+    run(commands.gif(clips.landscape, out, palette=palette, **shape))
     info = probe(out)
     assert (info.video_codec, info.width) == ("gif", 120)
     assert info.duration_seconds == pytest.approx(1.0, abs=0.15)

@@ -3,7 +3,8 @@
 compile_<kind> (dispatch, cpu)   pick/resolve the sources, stage them, probe them
   └─ compile_<kind>.render       concat or xstack grid, H.264 + AAC (GPU category with a hardware encoder)
 
-compile_gif (dispatch, cpu)      palettegen/paletteuse in one pass (a GIF is short: at most 60 s)
+compile_gif (dispatch, cpu)      two passes: palettegen into a PNG, then paletteuse (a one-pass graph
+                                 would buffer every frame until the palette is known)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from media import commands
+from media.params import check_output_duration
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     Source,
@@ -59,7 +61,16 @@ def _stage_sources(ctx: StageContext, sources: list[Source]) -> list[dict]:
     return staged
 
 
+def _check_output_length(kind: str, params, duration: float) -> None:
+    """The compilation's length is known once its sources are probed: bound it (media.params)."""
+    problem = check_output_duration(duration, params.fps, f"the {kind} output")
+    if problem:
+        hint = "count or max_duration" if kind == "compile_random" else "the sources or duration"
+        raise PermanentFailure(f"{problem}: lower {hint}")
+
+
 def _render_child(ctx: StageContext, kind: str, params, staged: list[dict], extra: dict) -> dict:
+    _check_output_length(kind, params, float(extra["duration"]))
     choice = choose_resource(ctx)
     payload = {
         "items": staged,
@@ -255,16 +266,11 @@ def compile_gif(ctx: StageContext) -> dict:
     final = Path(ctx.workspace) / "gif" / "clip.gif"
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)
-    argv = commands.gif(
-        source.path,
-        partial,
-        start=params.start,
-        duration=duration,
-        width=params.width,
-        fps=params.fps,
-        max_colors=params.max_colors,
-        dither=params.dither,
-    )
+    palette = final.with_name("palette.png")
+    shape = {"start": params.start, "duration": duration, "width": params.width, "fps": params.fps}
+    argv = commands.gif_palette(source.path, palette, max_colors=params.max_colors, **shape)
+    run_ffmpeg(ctx, argv, duration=duration, throttle=None, what="gif palette")
+    argv = commands.gif(source.path, partial, palette=palette, dither=params.dither, **shape)
     run_ffmpeg(ctx, argv, duration=duration, throttle=throttle_for(ctx), what="gif")
     os.replace(partial, final)
     publish(ctx, final, "clip.gif")

@@ -5,7 +5,7 @@ terminal status; it never changes the job (DECISIONS 4). Payload: {"url", "event
 and optionally "job" (a summary) and "occurred_at"; without "job" the summary is read from the
 jobs table (read-only) when the webhook is sent. The webhook-id is taken from the payload so it is
 the same on every retry; a non-2xx answer or a network error raises, and the queue's retry policy
-tries again.
+tries again. The stage log keeps the status of an answer, never its body.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def webhook(ctx: StageContext) -> dict:
         raise RuntimeError(f"webhook delivery failed: {exc}") from exc
     ctx.log(f"POST {_display(url)} ({delivery.address}) {event} webhook-id={webhook_id} -> {delivery.status}")
     if not delivery.ok:
-        if delivery.body:
-            ctx.log("response: " + delivery.body[:500])
+        # Only the status: a receiver's error body may carry anything (tokens, internal pages), and
+        # stage logs are readable by viewers.
         raise RuntimeError(f"webhook receiver answered {delivery.status}")
     ctx.progress(100.0)
     return {"status": delivery.status, "webhook_id": webhook_id, "event": event}

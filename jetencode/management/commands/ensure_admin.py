@@ -6,6 +6,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from jetencode.env import create_secret_file
+
 
 class Command(BaseCommand):
     help = "Create the 'admin' superuser with a generated password kept under var/, and print the login."
@@ -21,8 +23,7 @@ class Command(BaseCommand):
             else:
                 user.set_password(password)
                 user.save(update_fields=["password"])
-            settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-            password_file.write_text(password)
-            password_file.chmod(0o600)
+            password_file.unlink(missing_ok=True)  # a stale file of an earlier admin
+            create_secret_file(password_file, password)
         password = password_file.read_text().strip()
         self.stdout.write(f"Admin login: username 'admin', password '{password}' (kept in {password_file})")
