@@ -27,6 +27,7 @@ from api.schemas import (
 )
 from media import submission
 from media.jobtypes import JOB_TYPES
+from media.quality import job_quality
 from scheduler import queries
 from scheduler.models import Job, JobOutput
 from scheduler.repository import JobNotFound
@@ -114,6 +115,7 @@ def job_detail(job: queries.JobRow) -> dict:
         ],
         "log_tail": lines,
         "queue": asdict(entry) if entry else None,
+        "quality": job_quality(job.id, job.execution_id),
     }
 
 
