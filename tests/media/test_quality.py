@@ -13,8 +13,10 @@ import pytest
 from django.test import Client
 
 from media import quality, webhooks
+from media.ffmpeg import encoder_catalog
 from tests.kit.db import job_status
 from tests.kit.web import Api, Receiver, issue_token
+from tests.kit.workers import InProcessWorker
 from workers.stages.base import PermanentFailure
 
 pytestmark = pytest.mark.django_db
@@ -186,3 +188,45 @@ def test_a_rendition_below_min_vmaf_fails_the_job_naming_it_and_publishes_nothin
     from scheduler.models import Job
 
     assert "min_vmaf 99" in (Job.objects.get(pk=job_id).last_error or "")
+
+
+# --- codecs ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def catalog_worker(db, roots):
+    """A worker with this machine's real FFmpeg catalog (libx265, libaom-av1; no GPU here)."""
+    return InProcessWorker("catalog-worker", workspace_root=roots.workspace, capabilities=encoder_catalog())
+
+
+def test_hevc_and_av1_ladders_package_as_fmp4_hls_that_decodes(catalog_worker, roots, clips):
+    rel = roots.add(clips.landscape, "a.mp4")
+    params = {
+        "input": rel,
+        "ladder": [{"height": 180, "codec": "hevc"}, {"height": 144, "codec": "av1"}],
+        "quality_metrics": ["vmaf"],
+        **FAST,
+    }
+    run = catalog_worker.run_job("transcode", params)
+    assert job_status(run.job_id) == "completed"
+    outputs = run.outputs()
+    master = (run.output_dir / "hls/master.m3u8").read_text()
+    assert "#EXT-X-VERSION:7" in master
+    assert re.search(r'CODECS="hvc1\.1\.6\.L\d+\.[0-9A-F.]+,mp4a\.40\.2"', master), master
+    assert re.search(r'CODECS="av01\.0\.\d\dM\.08,mp4a\.40\.2"', master), master
+    for name, size in (("180p", (320, 180)), ("144p", (256, 144))):
+        playlist = (run.output_dir / f"hls/{name}/index.m3u8").read_text()
+        assert '#EXT-X-MAP:URI="init.mp4"' in playlist
+        segments = re.findall(r"^(seg_\d+\.m4s)$", playlist, re.M)
+        assert len(segments) == 3 and all(f"hls/{name}/{s}" in outputs for s in segments)
+        with av.open(str(run.output_dir / f"hls/{name}/index.m3u8")) as container:
+            stream = container.streams.video[0]
+            decoded = [f for f in container.decode(stream)]
+            assert (stream.codec_context.width, stream.codec_context.height) == size
+        assert len(decoded) == 75, name  # 3 s at 25 fps, every frame decodes
+    document = json.loads((run.output_dir / "quality.json").read_text())
+    encoders = {r["name"]: (r["codec"], r["encoder"]) for r in document["renditions"]}
+    assert encoders == {"180p": ("hevc", "libx265"), "144p": ("av1", "libaom-av1")}
+    assert all(50 < r["vmaf"] <= 100 for r in document["renditions"])
+    hevc_stage = [s for s in run.of("transcode.rendition") if s.payload["name"] == "180p"][0]
+    assert any("encoder libx265" in line for line in hevc_stage.logs())
