@@ -230,3 +230,64 @@ def test_hevc_and_av1_ladders_package_as_fmp4_hls_that_decodes(catalog_worker, r
     assert all(50 < r["vmaf"] <= 100 for r in document["renditions"])
     hevc_stage = [s for s in run.of("transcode.rendition") if s.payload["name"] == "180p"][0]
     assert any("encoder libx265" in line for line in hevc_stage.logs())
+
+
+# --- per-title target_vmaf ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def easy_and_noisy(tmp_path_factory, ffmpeg):
+    """2 s at 320x180: colour bars that barely move (easy) and the test pattern under heavy temporal
+    noise (hard)."""
+    out = tmp_path_factory.mktemp("per-title")
+    sources = {
+        "easy.mp4": "smptebars=size=320x180:rate=25:duration=2",
+        "noisy.mp4": "testsrc2=size=320x180:rate=25:duration=2,noise=alls=40:allf=t+u",
+    }
+    for name, graph in sources.items():
+        subprocess.run(
+            [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", graph]
+            + ["-c:v", "libx264", "-preset", "ultrafast", "-qp", "0", "-pix_fmt", "yuv420p", str(out / name)],
+            check=True,
+            timeout=60,
+        )
+    return out
+
+
+def test_target_vmaf_gives_easy_content_fewer_bits_and_both_reach_the_target(
+    local_worker, roots, easy_and_noisy
+):
+    target = 88.0
+    measured = {}
+    for name in ("easy", "noisy"):
+        rel = roots.add(easy_and_noisy / f"{name}.mp4", f"videos/{name}.mp4")
+        params = {
+            "input": rel,
+            "ladder": [{"height": 180, "video_bitrate_kbps": 6000}],
+            "target_vmaf": target,
+            **FAST,
+        }
+        run = local_worker.run_job("transcode", params)
+        assert job_status(run.job_id) == "completed"
+        [entry] = json.loads((run.output_dir / "quality.json").read_text())["renditions"]
+        search = entry["search"]
+        assert 1 <= len(search["probes"]) <= quality.MAX_PROBES
+        assert all(set(p) == {"crf", "vmaf", "bitrate_kbps", "seconds"} for p in search["probes"])
+        assert search["chosen_crf"] == entry["crf"] and search["reachable_on_samples"] is True
+        assert entry["target_met"] is True and entry["vmaf"] >= target - quality.TARGET_TOLERANCE
+        rendition = run.of("transcode.rendition")[0]
+        assert any("search 180p: crf" in line for line in rendition.logs())
+        measured[name] = entry
+    assert measured["easy"]["bitrate_kbps"] < measured["noisy"]["bitrate_kbps"]
+    assert measured["easy"]["crf"] > measured["noisy"]["crf"]
+
+
+def test_a_rung_that_cannot_reach_the_target_is_produced_and_flagged(local_worker, roots, easy_and_noisy):
+    rel = roots.add(easy_and_noisy / "noisy.mp4", "videos/noisy.mp4")
+    params = {"input": rel, "ladder": [{"height": 144, "video_bitrate_kbps": 100}], "target_vmaf": 99, **FAST}
+    run = local_worker.run_job("transcode", params)
+    assert job_status(run.job_id) == "completed" and "renditions/144p.mp4" in run.outputs()
+    [entry] = json.loads((run.output_dir / "quality.json").read_text())["renditions"]
+    assert entry["target_met"] is False and entry["search"]["reachable_on_samples"] is False
+    assert entry["crf"] == min(p["crf"] for p in entry["search"]["probes"])  # the best quality tried
+    assert any("not reached by: 144p" in line for line in run.of("transcode.quality")[0].logs())
