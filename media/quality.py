@@ -320,3 +320,33 @@ def live_worker_catalogs(stale_seconds: float) -> list[dict]:
     since = timezone.now() - timedelta(seconds=stale_seconds)
     rows = QueueWorker.objects.filter(last_heartbeat_at__gte=since, left_at__isnull=True, lifecycle="active")
     return [dict(r.capabilities or {}) for r in rows.only("capabilities")]
+
+
+VMAF_BUCKETS = [20, 40, 60, 70, 80, 85, 90, 93, 95, 97, 99, 100]
+VMAF_WINDOW_HOURS = 24
+
+
+def vmaf_by_rung(hours: int = VMAF_WINDOW_HOURS) -> dict[str, list[float]]:
+    """Measured VMAF of transcode renditions scored in the last `hours`, by rung name ("720p").
+    Rung names are <height>p, so the label set stays small (reencode_streaming's file stems are left
+    out for that reason)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT r ->> 'name', (r ->> 'vmaf')::float8
+              FROM queue_tasks t,
+                   jsonb_array_elements(coalesce(t.result -> 'quality' -> 'renditions', '[]'::jsonb)) r
+             WHERE t.task_type = 'transcode.quality' AND t.state = 'completed'
+               AND t.finished_at > now() - make_interval(hours => %s)
+               AND jsonb_typeof(r -> 'vmaf') = 'number'
+            """,
+            [int(hours)],
+        )
+        rows = cursor.fetchall()
+    by_rung: dict[str, list[float]] = {}
+    for name, vmaf in rows:
+        if isinstance(name, str) and name.endswith("p") and name[:-1].isdigit():
+            by_rung.setdefault(name, []).append(float(vmaf))
+    return by_rung

@@ -291,3 +291,33 @@ def test_a_rung_that_cannot_reach_the_target_is_produced_and_flagged(local_worke
     assert entry["target_met"] is False and entry["search"]["reachable_on_samples"] is False
     assert entry["crf"] == min(p["crf"] for p in entry["search"]["probes"])  # the best quality tried
     assert any("not reached by: 144p" in line for line in run.of("transcode.quality")[0].logs())
+
+
+def test_metrics_has_a_vmaf_histogram_by_rung(local_worker, roots, clips):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rel = roots.add(clips.silent, "a.mp4")
+    run = local_worker.run_job(
+        "transcode", {"input": rel, "ladder": [{"height": 180}, {"height": 144}], **FAST}
+    )
+    document = json.loads((run.output_dir / "quality.json").read_text())
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    [family] = [
+        f
+        for f in text_string_to_metric_families(response.content.decode())
+        if f.name == "jetencode_rendition_vmaf"
+    ]
+    assert family.type == "histogram"
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples}
+    for entry in document["renditions"]:
+        rung = entry["name"]
+        assert samples[("jetencode_rendition_vmaf_count", (("rendition", rung),))] == 1
+        assert samples[("jetencode_rendition_vmaf_sum", (("rendition", rung),))] == pytest.approx(
+            entry["vmaf"]
+        )
+        below = [b for b in quality.VMAF_BUCKETS if entry["vmaf"] <= b]
+        assert (
+            samples[("jetencode_rendition_vmaf_bucket", (("le", f"{float(below[0])}"), ("rendition", rung)))]
+            == 1
+        )
