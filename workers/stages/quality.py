@@ -207,7 +207,9 @@ def crf_search(
         )
         os.replace(partial, reference)
     low, high = quality.CRF_RANGE[encoding.codec]
-    aim = float(target_vmaf) + quality.SEARCH_MARGIN
+    # Samples that are the whole source predict the rendition exactly: no margin needed then.
+    whole = len(windows) == 1 and windows[0][0] == 0
+    aim = float(target_vmaf) + (0.0 if whole else quality.SEARCH_MARGIN)
     n_subsample = quality.n_subsample_for(int(sample_seconds * (fps or 25)), fps)
     tried: dict[int, float] = {}
     probes = []
