@@ -1,6 +1,8 @@
 """The quality and codec params through POST /v2/jobs (422s naming the field), and the encoder each
 rung gets from a worker's catalog and the job's `hardware` (catalogs given, nothing encoded)."""
 
+from pathlib import Path
+
 import pytest
 from django.test import Client
 
@@ -149,3 +151,45 @@ def test_each_rung_gets_its_codecs_encoder_and_resource_from_the_dispatching_wor
     hevc, av1 = on_cpu.children[:2]
     assert (hevc.payload["encoder"], hevc.resource_category, hevc.vram_mb) == ("libx265", "cpu", 0)
     assert (av1.payload["encoder"], av1.resource_category, av1.payload["crf"]) == ("libaom-av1", "cpu", 32)
+
+
+def test_codec_strings_come_from_the_decoder_configuration_records():
+    from media.hls import av1_codec_string, hevc_codec_string
+
+    # hvcC of libx265 Main at level 2 (what the 320x180 test rendition carries).
+    hvcc = bytes.fromhex("0101600000009000000000003cf000fc")
+    assert hevc_codec_string(hvcc) == "hvc1.1.6.L60.90"
+    assert (
+        hevc_codec_string(bytes.fromhex("01 21 60000000 b00000000000 5d".replace(" ", "")))
+        == "hvc1.1.6.H93.B0"
+    )
+    # av1C: marker/version 0x81, profile 0 level 4 (seq_level_idx 4), tier M, 8-bit 4:2:0.
+    assert av1_codec_string(bytes.fromhex("8104 0c00".replace(" ", ""))) == "av01.0.04M.08"
+    assert av1_codec_string(bytes.fromhex("81 2c 4c 00".replace(" ", ""))) == "av01.1.12M.10"
+    assert hevc_codec_string(b"") == "" and av1_codec_string(b"\x01\x02\x03") == ""
+
+
+def test_hevc_and_av1_encodings_build_their_own_arguments():
+    from media import commands
+
+    x265 = commands.VideoEncoding("libx265", "veryfast", 28, 800, 1600, 2).output_args()
+    assert x265[:6] == ["-c:v", "libx265", "-preset", "veryfast", "-crf", "28"]
+    assert "scenecut=0:open-gop=0" in x265[x265.index("-x265-params") + 1] and "-forced-idr" in x265
+    assert x265[-2:] == ["-tag:v", "hvc1"] and "-maxrate" in x265
+    aom = commands.VideoEncoding("libaom-av1", "veryfast", 40, 800).output_args()
+    assert aom[aom.index("-cpu-used") + 1] == "7" and aom[aom.index("-b:v") + 1] == "800k"
+    assert commands.VideoEncoding("hevc_vaapi").filter_tail() == "format=nv12,hwupload"
+    assert commands.VideoEncoding("av1_nvenc", "medium", 30).output_args()[:4] == [
+        "-c:v",
+        "av1_nvenc",
+        "-preset",
+        "p4",
+    ]
+    with pytest.raises(ValueError, match="0..51"):
+        commands.VideoEncoding("libx265", crf=60)
+    assert commands.VideoEncoding("libaom-av1", crf=60).crf == 60  # AV1's scale is 0..63
+    fmp4 = commands.hls_package(Path("/a.mp4"), Path("/out"), segment_seconds=2, fmp4=True)
+    assert fmp4[-6:] == ["fmp4", "-hls_fmp4_init_filename", "init.mp4", "-hls_segment_filename"] + [
+        "/out/seg_%05d.m4s",
+        "/out/index.m3u8",
+    ]
