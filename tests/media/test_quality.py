@@ -321,3 +321,22 @@ def test_metrics_has_a_vmaf_histogram_by_rung(local_worker, roots, clips):
             samples[("jetencode_rendition_vmaf_bucket", (("le", f"{float(below[0])}"), ("rendition", rung)))]
             == 1
         )
+
+
+def test_reencode_streaming_below_the_gate_publishes_nothing_and_registers_nothing(
+    local_worker, roots, clips
+):
+    from media.models import MediaAsset
+
+    rel = roots.add(clips.landscape, "inbox/a.mp4")
+    params = {"input": rel, "target_bitrate_kbps": 100, "crf": 51, "max_height": 144, "min_vmaf": 95, **FAST}
+    params.pop("segment_seconds"), params.pop("thumbnail_width")
+    job_id, stages, error = run_until_done(local_worker, "reencode_streaming", params)
+    assert [s.task_type for s in stages] == [
+        "reencode_streaming",
+        "reencode_streaming.encode",
+        "reencode_streaming.quality",
+    ]
+    assert isinstance(error, PermanentFailure) and "rendition a measured VMAF" in str(error)
+    assert job_status(job_id) == "failed"
+    assert roots.published_files(job_id) == [] and MediaAsset.objects.count() == 0
