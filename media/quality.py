@@ -3,8 +3,9 @@
 How a rendition is measured (docs/media.md, "Measured quality"):
 - the rendition is decoded and scaled back up (bicubic) to the source's display size, the source is
   decoded as is, both are converted to 8-bit 4:2:0 and their timestamps start at zero;
-- one FFmpeg `libvmaf` pass (libvmaf 2.3.0 in the shipped static build, model `vmaf_v0.6.1`) scores
-  every `n_subsample`-th frame; PSNR and SSIM, when asked for, are libvmaf's `psnr` (luma `psnr_y`)
+- one FFmpeg pass per job decodes the source once and runs one `libvmaf` instance per rendition
+  (libvmaf 2.3.0 in the shipped static build, model `vmaf_v0.6.1`), scoring every `n_subsample`-th
+  frame; PSNR and SSIM, when asked for, are libvmaf's `psnr` (luma `psnr_y`)
   and `float_ssim` features in the same pass, on the same frames;
 - the per-frame JSON log is read and pooled here: `vmaf` is the mean of the frame scores, `vmaf_p5`
   their 5th percentile (the bad moments a mean hides). libvmaf's own `pooled_metrics` are *not* used:
@@ -27,7 +28,7 @@ VMAF_MODEL = "vmaf_v0.6.1"
 METRICS = ("vmaf", "psnr", "ssim")
 # Subsampling: about this many frames scored per rendition, but never fewer than one frame per
 # second (n_subsample <= fps). bench/quality.py measures what it costs (docs/benchmarks.md).
-VMAF_SAMPLE_FRAMES = 50
+VMAF_SAMPLE_FRAMES = 20
 VMAF_THREADS = 2
 # A rendition "reaches" target_vmaf when its full measured VMAF is at least target - this.
 TARGET_TOLERANCE = 1.0
@@ -56,51 +57,57 @@ def libvmaf_features(metrics: list[str] | tuple[str, ...]) -> str:
     return "|".join(features)
 
 
+def _check_log_path(log_path: Path) -> str:
+    # log_path is an absolute workspace path that we built; the filter's option syntax makes ':',
+    # '\\' and "'" special, so refuse them rather than escape.
+    log = _path(log_path)
+    if any(c in log for c in ":\\'[],;"):
+        raise ValueError("VMAF log path must not contain filter-graph metacharacters")
+    return log
+
+
 def measure_argv(
-    distorted: Path,
     reference: Path,
-    log_path: Path,
+    scored: list[tuple[Path, Path]],
     *,
     width: int,
     height: int,
     metrics: list[str] | tuple[str, ...] = ("vmaf",),
     n_subsample: int = 1,
     threads: int = VMAF_THREADS,
-    start: float | None = None,
-    duration: float | None = None,
     ffmpeg: str | None = None,
 ) -> list[str]:
-    """One libvmaf pass: `distorted` scaled to width x height (the reference's display size) against
-    `reference`; the per-frame log written as JSON to `log_path`. `start`/`duration` trim both
-    inputs the same way (the CRF search's samples)."""
-    argv = base_args(ffmpeg)
-    trim = []
-    if start:
-        trim += ["-ss", _num(start)]
-    if duration:
-        trim += ["-t", _num(duration)]
-    argv += ["-i", _path(distorted), *trim, "-i", _path(reference)]
-    # log_path is an absolute workspace path that we built; the filter's option syntax makes ':',
-    # '\\' and "'" special, so refuse them rather than escape.
-    log = _path(log_path)
-    if any(c in log for c in ":\\'[],;"):
-        raise ValueError("VMAF log path must not contain filter-graph metacharacters")
-    options = [
-        f"model=version={VMAF_MODEL}",
-        f"n_subsample={int(n_subsample)}",
-        f"n_threads={int(threads)}",
-        "log_fmt=json",
-        f"log_path={log}",
-    ]
+    """One FFmpeg pass scoring every (distorted, log_path) of `scored` against `reference`: the
+    reference is decoded once and split; each distorted video is scaled to width x height (the
+    reference's display size) and gets its own libvmaf instance, whose per-frame log is written as
+    JSON to its log_path."""
+    if not scored:
+        raise ValueError("nothing to score")
+    argv = base_args(ffmpeg) + ["-i", _path(reference)]
+    for distorted, _ in scored:
+        argv += ["-i", _path(distorted)]
+    count = len(scored)
+    refs = "".join(f"[r{i}]" for i in range(count))
+    graph = [f"[0:v:0]format=yuv420p,setpts=PTS-STARTPTS,split={count}{refs}"]
     features = libvmaf_features(metrics)
-    if features:
-        options.append(f"feature={features}")
-    graph = (
-        f"[0:v:0]scale={int(width)}:{int(height)}:flags=bicubic,format=yuv420p,setpts=PTS-STARTPTS[dist];"
-        f"[1:v:0]format=yuv420p,setpts=PTS-STARTPTS[ref];"
-        f"[dist][ref]libvmaf={':'.join(options)}"
-    )
-    return argv + ["-lavfi", graph, "-an", "-sn", "-dn", "-f", "null", "-"]
+    for i, (_, log_path) in enumerate(scored):
+        options = [
+            f"model=version={VMAF_MODEL}",
+            f"n_subsample={int(n_subsample)}",
+            f"n_threads={int(threads)}",
+            "log_fmt=json",
+            f"log_path={_check_log_path(log_path)}",
+        ]
+        if features:
+            options.append(f"feature={features}")
+        graph.append(
+            f"[{i + 1}:v:0]scale={int(width)}:{int(height)}:flags=bicubic,format=yuv420p,setpts=PTS-STARTPTS[d{i}]"
+        )
+        graph.append(f"[d{i}][r{i}]libvmaf={':'.join(options)}[o{i}]")
+    argv += ["-filter_complex", ";".join(graph)]
+    for i in range(count):
+        argv += ["-map", f"[o{i}]", "-f", "null", "-"]
+    return argv
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -150,10 +150,10 @@ def test_subsampling_scores_every_nth_frame_and_stays_close_to_every_frame(
     assert entry["vmaf"] == pytest.approx(direct["vmaf"], abs=2.0)
 
 
-def test_the_default_subsampling_scores_about_fifty_frames_and_at_least_one_a_second():
-    assert quality.n_subsample_for(75, 25.0) == 2
-    assert quality.n_subsample_for(40, 25.0) == 1
-    assert quality.n_subsample_for(500, 25.0) == 10  # a 20 s clip: 50 frames scored
+def test_the_default_subsampling_scores_about_twenty_frames_and_at_least_one_a_second():
+    assert quality.n_subsample_for(75, 25.0) == 4  # a 3 s clip: 19 frames scored
+    assert quality.n_subsample_for(15, 25.0) == 1
+    assert quality.n_subsample_for(500, 25.0) == 25  # 20 s: 20 frames, one a second
     assert quality.n_subsample_for(180_000, 25.0) == 25  # two hours: one frame a second
     assert quality.n_subsample_for(500, 25.0, override=3) == 3
 

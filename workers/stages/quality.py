@@ -34,8 +34,8 @@ QUALITY_JSON = "quality.json"
 
 def measure(
     ctx: StageContext,
-    distorted: Path,
     reference: Path,
+    distorted: list[Path],
     *,
     size: tuple[int, int],
     metrics: list[str],
@@ -43,16 +43,17 @@ def measure(
     duration: float | None,
     throttle: ProgressThrottle | None,
     what: str,
-) -> quality.Scores:
-    """One libvmaf pass through ctx.run (progress, cancellation, stall watchdog), pooled here."""
+) -> list[quality.Scores]:
+    """One libvmaf pass over every file of `distorted` through ctx.run (progress, cancellation,
+    stall watchdog); the scores of each, pooled here, in order."""
     log_dir = Path(ctx.workspace) / QUALITY_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{distorted.stem}.vmaf.json"
-    log_path.unlink(missing_ok=True)
+    logs = [log_dir / f"{path.stem}.vmaf.json" for path in distorted]
+    for log in logs:
+        log.unlink(missing_ok=True)
     argv = quality.measure_argv(
-        distorted,
         reference,
-        log_path,
+        list(zip(distorted, logs, strict=True)),
         width=size[0],
         height=size[1],
         metrics=metrics,
@@ -60,29 +61,16 @@ def measure(
     )
     run_ffmpeg(ctx, argv, duration=duration, throttle=throttle, what=what)
     try:
-        return quality.parse_log(log_path)
+        return [quality.parse_log(log) for log in logs]
     except (OSError, ValueError, KeyError) as exc:
         raise RuntimeError(f"{what}: unreadable libvmaf log: {exc}") from exc
 
 
-def _measure_rendition(ctx, p: dict, rendition: dict, span: ProgressThrottle) -> tuple[dict[str, Any], str]:
+def _entry(p: dict, rendition: dict, path: Path, scores: quality.Scores) -> dict[str, Any]:
+    """The quality.json entry of one scored rendition."""
     name = str(rendition["name"])
-    path = ws(ctx, rendition["file"])
-    if not path.exists():
-        raise PermanentFailure(f"rendition {name} is missing from the workspace")
     info = probe_media(path)
     metrics = list(p["metrics"])
-    scores = measure(
-        ctx,
-        path,
-        ws(ctx, p["reference"]),
-        size=(int(p["source_width"]), int(p["source_height"])),
-        metrics=metrics,
-        n_subsample=int(p["n_subsample"]),
-        duration=float(p.get("duration") or 0) or None,
-        throttle=span,
-        what=f"quality {name}",
-    )
     entry: dict[str, Any] = {
         "name": name,
         "width": info.width,
@@ -102,28 +90,46 @@ def _measure_rendition(ctx, p: dict, rendition: dict, span: ProgressThrottle) ->
             entry["target_met"] = scores.vmaf >= float(target) - quality.TARGET_TOLERANCE
     elif rendition.get("crf") is not None:
         entry["crf"] = rendition["crf"]
-    ctx.log(
-        f"quality {name}: "
-        + ", ".join(
-            f"{k} {entry[k]}" for k in ("vmaf", "vmaf_p5", "psnr_db", "ssim", "bitrate_kbps") if k in entry
-        )
-        + f" ({scores.frames} frames scored, encoder {entry['encoder']})"
-    )
-    return entry, scores.libvmaf_version
+    return entry
 
 
 def measure_all(ctx: StageContext, p: dict) -> dict[str, Any]:
-    """Score every rendition of payload `p`; apply the gate; write quality/quality.json. Returns the
-    quality document."""
+    """Score every rendition of payload `p` in one pass; apply the gate; write quality/quality.json.
+    Returns the quality document."""
     renditions = p["renditions"]
-    throttle = throttle_for(ctx)
-    entries, version = [], "unknown"
+    paths = []
+    for rendition in renditions:
+        path = ws(ctx, rendition["file"])
+        if not path.exists():
+            raise PermanentFailure(f"rendition {rendition['name']} is missing from the workspace")
+        paths.append(path)
     started = time.monotonic()
-    for i, rendition in enumerate(renditions):
-        ctx.check_cancelled()
-        span = throttle.span(100.0 * i / len(renditions), 100.0 * (i + 1) / len(renditions))
-        entry, version = _measure_rendition(ctx, p, rendition, span)
+    ctx.check_cancelled()
+    scores = measure(
+        ctx,
+        ws(ctx, p["reference"]),
+        paths,
+        size=(int(p["source_width"]), int(p["source_height"])),
+        metrics=list(p["metrics"]),
+        n_subsample=int(p["n_subsample"]),
+        duration=float(p.get("duration") or 0) or None,
+        throttle=throttle_for(ctx),
+        what="quality " + ", ".join(str(r["name"]) for r in renditions),
+    )
+    entries = []
+    for rendition, path, score in zip(renditions, paths, scores, strict=True):
+        entry = _entry(p, rendition, path, score)
         entries.append(entry)
+        ctx.log(
+            f"quality {entry['name']}: "
+            + ", ".join(
+                f"{k} {entry[k]}"
+                for k in ("vmaf", "vmaf_p5", "psnr_db", "ssim", "bitrate_kbps")
+                if k in entry
+            )
+            + f" ({score.frames} frames scored, encoder {entry['encoder']})"
+        )
+    version = scores[0].libvmaf_version
     document = {
         "renditions": entries,
         "settings": quality.settings_record(p["metrics"], int(p["n_subsample"]), version, ffmpeg_version()),
@@ -220,10 +226,10 @@ def crf_search(
         out = work / f"crf{crf}.mp4"
         argv = commands.encode_video(reference, out, encoding=replace(encoding, crf=crf), size=size)
         run_ffmpeg(ctx, argv, duration=sample_seconds, throttle=None, what=f"search {name} crf {crf}")
-        scores = measure(
+        [scores] = measure(
             ctx,
-            out,
             reference,
+            [out],
             size=source_size,
             metrics=["vmaf"],
             n_subsample=n_subsample,
