@@ -12,7 +12,7 @@ import av
 import pytest
 from django.test import Client
 
-from media import quality, webhooks
+from media import commands, quality, webhooks
 from media.ffmpeg import encoder_catalog
 from tests.kit.db import job_status
 from tests.kit.web import Api, Receiver, issue_token
@@ -142,7 +142,7 @@ def test_subsampling_scores_every_nth_frame_and_stays_close_to_every_frame(
     )
     document = json.loads((run.output_dir / "quality.json").read_text())
     [entry] = document["renditions"]
-    assert document["settings"]["n_subsample"] == 5 and entry["frames_scored"] == 15
+    assert document["settings"]["n_subsample"] == 5 and entry["frames_scored"] == 15  # frames 0, 5, ... 70
     assert set(entry) >= {"vmaf", "vmaf_p5"} and "psnr_db" not in entry and "ssim" not in entry
     direct = libvmaf_directly(
         ffmpeg, run.output_dir / "renditions/144p.mp4", clips.landscape, (320, 180), tmp_path
@@ -150,12 +150,42 @@ def test_subsampling_scores_every_nth_frame_and_stays_close_to_every_frame(
     assert entry["vmaf"] == pytest.approx(direct["vmaf"], abs=2.0)
 
 
-def test_the_default_subsampling_scores_about_twenty_frames_and_at_least_one_a_second():
-    assert quality.n_subsample_for(75, 25.0) == 4  # a 3 s clip: 19 frames scored
-    assert quality.n_subsample_for(15, 25.0) == 1
-    assert quality.n_subsample_for(500, 25.0) == 25  # 20 s: 20 frames, one a second
-    assert quality.n_subsample_for(180_000, 25.0) == 25  # two hours: one frame a second
+def test_the_default_subsampling_scores_about_twelve_frames_and_one_every_two_seconds_at_least():
+    assert quality.n_subsample_for(75, 25.0) == 7  # a 3 s clip: 11 frames scored
+    assert quality.n_subsample_for(15, 25.0) == 2
+    assert quality.n_subsample_for(500, 25.0) == 42  # 20 s: 12 frames
+    assert quality.n_subsample_for(180_000, 25.0) == 50  # two hours: one frame every 2 s
     assert quality.n_subsample_for(500, 25.0, override=3) == 3
+
+
+def test_only_the_scored_frames_and_their_neighbours_reach_libvmaf(ffmpeg, tmp_path):
+    """The triplet selection gives libvmaf's n_subsample=N result exactly (motion included)."""
+    src, dist = tmp_path / "src.mp4", tmp_path / "dist.mp4"
+    subprocess.run(commands.synthetic_clip(src, seconds=3, audio=False, ffmpeg=ffmpeg), check=True)
+    subprocess.run(
+        [ffmpeg, "-loglevel", "error", "-i", str(src), "-vf", "scale=160:90", "-crf", "35", str(dist)],
+        check=True,
+    )
+    ours = tmp_path / "ours.json"
+    subprocess.run(
+        quality.measure_argv(src, [(dist, ours)], width=320, height=180, n_subsample=7, ffmpeg=ffmpeg),
+        check=True,
+        capture_output=True,
+    )
+    direct = tmp_path / "direct.json"
+    graph = (
+        f"[0:v]scale=320:180:flags=bicubic[d];[d][1:v]libvmaf=n_subsample=7:log_fmt=json:log_path={direct}"
+    )
+    subprocess.run(
+        [ffmpeg, "-loglevel", "error", "-i", str(dist), "-i", str(src), "-lavfi", graph, "-f", "null", "-"],
+        check=True,
+    )
+    mine = [f["metrics"] for f in json.loads(ours.read_text())["frames"]]
+    theirs = [f["metrics"] for f in json.loads(direct.read_text())["frames"]]
+    assert len(mine) == len(theirs) == 11
+    for a, b in zip(mine, theirs, strict=True):
+        assert a["vmaf"] == pytest.approx(b["vmaf"], abs=1e-6)
+        assert a["integer_motion2"] == pytest.approx(b["integer_motion2"], abs=1e-6)
 
 
 def test_pooling_reads_the_frames_not_libvmafs_pooled_mean(tmp_path):
