@@ -133,7 +133,7 @@ class QualityOptions(Params):
     """Measuring each output against its source (media/quality.py)."""
 
     quality_metrics: list[QualityMetric] = Field(
-        default_factory=lambda: ["vmaf"],
+        ["vmaf"],  # pydantic copies it per instance; a plain default shows in the schema and the form
         max_length=3,
         description='Metrics measured on each output: "vmaf", "psnr", "ssim"; [] turns measuring off',
     )
