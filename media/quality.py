@@ -234,6 +234,9 @@ def gate_failure(rendition: dict, min_vmaf: float | None) -> str | None:
 # CRF range searched per encoder family (x264/x265 scale 0..51, AV1 0..63). Lower is better.
 CRF_RANGE = {"h264": (16, 40), "hevc": (18, 42), "av1": (20, 56)}
 MAX_PROBES = 5  # probe encodes per rung, at most
+# Probes score every 5th sample frame (30 of 6 s at 25 fps): with the default ~12 frames a probe's
+# VMAF moved by half a point between neighbouring CRFs' noise, and the search chose one CRF too low.
+SEARCH_SUBSAMPLE = 5
 SAMPLE_COUNT = 3
 SAMPLE_SECONDS = 2.0
 # Aim this far above the target on the samples. Measured on the bench's 20 s clips, samples
@@ -251,10 +254,15 @@ def sample_windows(duration: float) -> list[tuple[float, float]]:
 
 
 def sample_reference_argv(
-    src: Path, dst: Path, windows: list[tuple[float, float]], ffmpeg: str | None = None
+    src: Path,
+    dst: Path,
+    windows: list[tuple[float, float]],
+    fps: float | None = None,
+    ffmpeg: str | None = None,
 ):
     """The samples concatenated into one lossless (x264 qp 0) clip at the source size: the reference
-    every probe encode is encoded from and scored against."""
+    every probe encode is encoded from and scored against. `fps` keeps the source's frame rate
+    (after `select` FFmpeg no longer knows it, and rate control depends on it)."""
     argv = base_args(ffmpeg) + ["-i", _path(src)]
     if len(windows) == 1 and windows[0][0] == 0:
         graph = "[0:v:0]format=yuv420p,setpts=PTS-STARTPTS[v]"
@@ -267,6 +275,7 @@ def sample_reference_argv(
         "-map",
         "[v]",
         "-an",
+        *(["-r", _num(round(float(fps), 3))] if fps else []),
         "-c:v",
         "libx264",
         "-preset",

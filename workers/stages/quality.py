@@ -206,7 +206,7 @@ def crf_search(
         partial = partial_path(reference)
         run_ffmpeg(
             ctx,
-            quality.sample_reference_argv(src, partial, windows),
+            quality.sample_reference_argv(src, partial, windows, fps=fps),
             duration=sample_seconds,
             throttle=None,
             what=f"search {name} samples",
@@ -216,7 +216,9 @@ def crf_search(
     # Samples that are the whole source predict the rendition exactly: no margin needed then.
     whole = len(windows) == 1 and windows[0][0] == 0
     aim = float(target_vmaf) + (0.0 if whole else quality.SEARCH_MARGIN)
-    n_subsample = quality.n_subsample_for(int(sample_seconds * (fps or 25)), fps)
+    n_subsample = min(
+        quality.SEARCH_SUBSAMPLE, quality.n_subsample_for(int(sample_seconds * (fps or 25)), fps)
+    )
     tried: dict[int, float] = {}
     probes = []
     crf = quality.next_crf(tried, aim, low, high)
