@@ -28,6 +28,7 @@ from api.schemas import (
 from media import failures, links, submission
 from media.disclosure import for_viewer
 from media.jobtypes import JOB_TYPES
+from media.quality import job_quality
 from scheduler import queries
 from scheduler.models import Job, JobOutput, QueueTask
 from scheduler.permissions import can_operate
@@ -143,6 +144,7 @@ def job_detail(request: HttpRequest, job: queries.JobRow) -> dict:
         "outputs": [output_entry(request, o) for o in outputs],
         "log_tail": lines,
         "queue": asdict(entry) if entry else None,
+        "quality": job_quality(job.id, job.execution_id),
     }
 
 

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from media import quality
 from scheduler import queries
 from scheduler.constants import JOB_STATUSES, LIFECYCLES, POOLS, QUEUED_TASK_STATES, RESOURCE_CATEGORIES
 
@@ -74,6 +75,7 @@ class JetEncodeCollector:
         yield from self.recovery_health(scalars)
         yield self.claim_latency()
         yield self.stage_duration()
+        yield self.rendition_vmaf()
 
     def queue_depth(self) -> Metric:
         depth = GaugeMetricFamily(
@@ -216,6 +218,27 @@ class JetEncodeCollector:
                 family=stage,
             )
         return stage
+
+    def rendition_vmaf(self) -> Metric:
+        """Issue 16: measured VMAF of transcode renditions scored in the last 24 hours, by rung."""
+        family = HistogramMetricFamily(
+            "jetencode_rendition_vmaf",
+            "Mean VMAF of transcode renditions measured in the last 24 hours, by rung name",
+            labels=["rendition"],
+        )
+        for rung, values in sorted(quality.vmaf_by_rung().items()):
+            cumulative = [sum(1 for v in values if v <= bound) for bound in quality.VMAF_BUCKETS]
+            _histogram(
+                "",
+                "",
+                quality.VMAF_BUCKETS,
+                cumulative,
+                len(values),
+                sum(values),
+                {"rendition": rung},
+                family,
+            )
+        return family
 
 
 registry = CollectorRegistry(auto_describe=False)

@@ -237,6 +237,10 @@ class JobDetailOut(JobSummaryOut):
     outputs: list[OutputOut] = Field(description="Files published by the current execution")
     log_tail: list[str] = Field(description="The last lines of the job log")
     queue: QueueEntryOut | None = Field(description="The job's queue entry while it is in the queue")
+    quality: dict[str, Any] | None = Field(
+        None,
+        description="Measured quality of the outputs (quality.json: VMAF/PSNR/SSIM per rendition); null until measured",
+    )
 
 
 class LogLineOut(Schema):

@@ -26,7 +26,7 @@ import psutil
 
 from bench import db
 
-MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media", "failover")
+MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media", "failover", "quality")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
 PROFILES = {
@@ -45,6 +45,9 @@ PROFILES = {
         "media_pairs": 5,
         "failover_repetitions": 3,
         "failover_cases": ["sigkill_dispatch", "sigkill_later", "sigterm_dispatch", "sigterm_later"],
+        "quality_clip_seconds": 20,
+        "quality_size": "1280x720",
+        "quality_pairs": 3,
     },
     "quick": {
         "throughput_jobs": 500,
@@ -61,6 +64,9 @@ PROFILES = {
         "media_pairs": 2,
         "failover_repetitions": 1,
         "failover_cases": ["sigkill_dispatch", "sigkill_later", "sigterm_dispatch", "sigterm_later"],
+        "quality_clip_seconds": 8,
+        "quality_size": "1280x720",
+        "quality_pairs": 1,
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
@@ -78,6 +84,9 @@ PROFILES = {
         "media_pairs": 1,
         "failover_repetitions": 1,
         "failover_cases": ["sigterm_dispatch"],
+        "quality_clip_seconds": 2,
+        "quality_size": "320x180",
+        "quality_pairs": 1,
     },
 }
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web", "failover")
@@ -283,6 +292,7 @@ class Runner:
             ("web", self.measure_web),
             ("media", self.measure_media),
             ("failover", self.measure_failover),
+            ("quality", self.measure_quality),
         ):
             if name in selected:
                 self.step(name, measure)
@@ -328,6 +338,20 @@ class Runner:
             self.media_root,
             clip_seconds=p["media_clip_seconds"],
             pairs=p["media_pairs"],
+            log=log,
+        )
+
+    def measure_quality(self) -> dict:
+        from bench import quality
+
+        p = self.profile
+        return quality.measure(
+            self.url,
+            self.workdir,
+            self.media_root,
+            clip_seconds=p["quality_clip_seconds"],
+            size=p["quality_size"],
+            pairs=p["quality_pairs"],
             log=log,
         )
 
@@ -433,6 +457,9 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
     ratio = _get(results, "media", "ratio_median")
     if ratio is not None:
         add("6", "media: system / direct FFmpeg", ratio, "<= 1.05", ratio <= 1.05)
+    overhead = _get(results, "quality", "cost", "overhead_median")
+    if overhead is not None:
+        add("8", "quality: VMAF measuring overhead on job wall time", overhead, "<= 0.30", overhead <= 0.30)
     return targets
 
 
@@ -549,7 +576,7 @@ def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_table(report: dict) -> None:
-    from bench import failover
+    from bench import failover, quality
 
     results = report["results"]
     rows = (
@@ -558,6 +585,7 @@ def print_table(report: dict) -> None:
         + _wakeup_rows(results)
         + _web_and_media_rows(results)
         + failover.table_rows(results.get("failover"))
+        + quality.table_rows(results.get("quality"))
         + [
             (name, "ERROR", data["error"][:70])
             for name, data in results.items()

@@ -43,7 +43,44 @@ _NVENC_PRESET = {
     "veryslow": "p7",
 }
 _QSV_PRESET = {"ultrafast": "veryfast", "superfast": "veryfast"}
-SUPPORTED_ENCODERS = ("libx264", "h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videotoolbox", "h264_amf")
+H264_ENCODERS = ("libx264", "h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videotoolbox", "h264_amf")
+HEVC_ENCODERS = ("libx265", "hevc_nvenc", "hevc_qsv", "hevc_vaapi", "hevc_videotoolbox", "hevc_amf")
+AV1_ENCODERS = ("libaom-av1", "libsvtav1", "av1_nvenc", "av1_qsv", "av1_vaapi", "av1_amf")
+SUPPORTED_ENCODERS = H264_ENCODERS + HEVC_ENCODERS + AV1_ENCODERS
+# The CRF scale of each software encoder family: x264/x265 0..51, AV1 encoders 0..63.
+MAX_CRF = {"libaom-av1": 63, "libsvtav1": 63}
+# libaom's speed (-cpu-used, 0 slowest .. 8 fastest) and SVT-AV1's preset (0..13) for an x264 preset.
+_AOM_CPU_USED = {
+    "ultrafast": 8,
+    "superfast": 8,
+    "veryfast": 7,
+    "faster": 6,
+    "fast": 6,
+    "medium": 5,
+    "slow": 4,
+    "slower": 3,
+    "veryslow": 2,
+}
+_SVT_PRESET = {
+    "ultrafast": 12,
+    "superfast": 12,
+    "veryfast": 10,
+    "faster": 9,
+    "fast": 8,
+    "medium": 7,
+    "slow": 5,
+    "slower": 4,
+    "veryslow": 2,
+}
+
+
+def codec_of_encoder(encoder: str) -> str:
+    """h264, hevc or av1 for a supported encoder name."""
+    if encoder in HEVC_ENCODERS:
+        return "hevc"
+    if encoder in AV1_ENCODERS:
+        return "av1"
+    return "h264"
 
 
 def _path(path: Path | str) -> str:
@@ -72,7 +109,8 @@ def base_args(ffmpeg: str | None = None, loglevel: str = "warning") -> list[str]
 
 @dataclass(frozen=True)
 class VideoEncoding:
-    """How to encode H.264: the encoder (libx264 or a confirmed hardware one) and its rate control."""
+    """How to encode video: the encoder (software, or a confirmed hardware one; H.264, HEVC or AV1)
+    and its rate control. `crf` is on the encoder's own scale (0..51 x264/x265, 0..63 AV1)."""
 
     encoder: str = "libx264"
     preset: str = "veryfast"
@@ -83,20 +121,27 @@ class VideoEncoding:
 
     def __post_init__(self):
         if self.encoder not in SUPPORTED_ENCODERS:
-            raise ValueError(f"unsupported H.264 encoder {self.encoder!r}")
+            raise ValueError(f"unsupported encoder {self.encoder!r}")
         if self.preset not in X264_PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}")
-        if not 0 <= int(self.crf) <= 51:
-            raise ValueError("crf must be 0..51")
+        top = MAX_CRF.get(self.encoder, 51)
+        if not 0 <= int(self.crf) <= top:
+            raise ValueError(f"crf must be 0..{top}")
+
+    @property
+    def codec(self) -> str:
+        return codec_of_encoder(self.encoder)
 
     def pre_input_args(self) -> list[str]:
-        return ["-vaapi_device", VAAPI_DEVICE] if self.encoder == "h264_vaapi" else []
+        return ["-vaapi_device", VAAPI_DEVICE] if self.encoder.endswith("_vaapi") else []
 
     def filter_tail(self) -> str:
         """The last filters of the video chain: the encoder's pixel format (and upload for VAAPI)."""
-        return "format=nv12,hwupload" if self.encoder == "h264_vaapi" else "format=yuv420p"
+        return "format=nv12,hwupload" if self.encoder.endswith("_vaapi") else "format=yuv420p"
 
     def output_args(self) -> list[str]:
+        if self.encoder not in H264_ENCODERS:
+            return self._hevc_av1_args()
         crf = str(int(self.crf))
         if self.encoder == "libx264":
             args = ["-c:v", "libx264", "-preset", self.preset, "-crf", crf, "-profile:v", "high"]
@@ -140,6 +185,61 @@ class VideoEncoding:
             if self.encoder == "libx264":
                 args += ["-sc_threshold", "0"]  # no extra scene-cut keyframes between segment boundaries
         return args
+
+    def _keyframe_args(self) -> list[str]:
+        if not self.keyframe_seconds:
+            return []
+        return ["-force_key_frames", f"expr:gte(t,n_forced*{_num(self.keyframe_seconds)})"]
+
+    def _cap_args(self) -> list[str]:
+        if not self.maxrate_kbps:
+            return []
+        bufsize = int(self.bufsize_kbps or 2 * self.maxrate_kbps)
+        return ["-maxrate", f"{int(self.maxrate_kbps)}k", "-bufsize", f"{bufsize}k"]
+
+    def _hevc_av1_args(self) -> list[str]:
+        """HEVC and AV1: software (libx265, libaom-av1, libsvtav1) or the hardware families'
+        encoders with the same rate control as their H.264 siblings. HEVC is tagged `hvc1` (the
+        sample entry Apple players require in MP4/fMP4)."""
+        crf = str(int(self.crf))
+        encoder = self.encoder
+        tag = ["-tag:v", "hvc1"] if self.codec == "hevc" else []
+        if encoder == "libx265":
+            x265 = "log-level=error"
+            if self.keyframe_seconds:
+                x265 += ":scenecut=0:open-gop=0"  # segment-aligned IDR frames only
+            args = ["-c:v", "libx265", "-preset", self.preset, "-crf", crf, "-x265-params", x265]
+            args += self._cap_args() + self._keyframe_args()
+            if self.keyframe_seconds:
+                args += ["-forced-idr", "1"]
+            return args + tag
+        if encoder == "libaom-av1":
+            cpu_used = _AOM_CPU_USED[self.preset]
+            usage = "realtime" if cpu_used >= 7 else "good"
+            args = ["-c:v", "libaom-av1", "-usage", usage, "-cpu-used", str(cpu_used), "-row-mt", "1"]
+            args += ["-crf", crf]
+            # Constrained quality: CRF, with the rung's peak as the bitrate ceiling.
+            args += ["-b:v", f"{int(self.maxrate_kbps)}k" if self.maxrate_kbps else "0"]
+            return args + self._keyframe_args()
+        if encoder == "libsvtav1":
+            args = ["-c:v", "libsvtav1", "-preset", str(_SVT_PRESET[self.preset]), "-crf", crf]
+            if self.maxrate_kbps:
+                args += ["-svtav1-params", f"mbr={int(self.maxrate_kbps)}"]
+            return args + self._keyframe_args()
+        family = encoder.rsplit("_", 1)[1]
+        if family == "nvenc":
+            args = ["-c:v", encoder, "-preset", _NVENC_PRESET[self.preset], "-rc", "vbr", "-cq", crf]
+            args += ["-b:v", "0"] + self._cap_args()
+        elif family == "qsv":
+            args = ["-c:v", encoder, "-preset", _QSV_PRESET.get(self.preset, self.preset)]
+            args += ["-global_quality", crf] + self._cap_args()
+        elif family == "vaapi":
+            args = ["-c:v", encoder, "-rc_mode", "CQP", "-qp", crf]
+        elif family == "videotoolbox":
+            args = ["-c:v", encoder, "-b:v", f"{self.maxrate_kbps or 4000}k"]
+        else:  # amf
+            args = ["-c:v", encoder, "-rc", "cqp", "-qp_i", crf, "-qp_p", crf]
+        return args + self._keyframe_args() + tag
 
 
 def audio_args(kbps: int = 128) -> list[str]:
@@ -239,12 +339,19 @@ def hls_package(
     *,
     segment_seconds: float,
     playlist_name: str = "index.m3u8",
+    fmp4: bool = False,
     ffmpeg: str | None = None,
 ) -> list[str]:
-    """Remux (no re-encode) an MP4 rendition into an HLS VOD playlist with MPEG-TS segments."""
+    """Remux (no re-encode) an MP4 rendition into an HLS VOD playlist: MPEG-TS segments, or with
+    `fmp4` fragmented-MP4 (CMAF) segments after an `init.mp4` (what HEVC and AV1 need)."""
     out = _path(out_dir)
     if "%" in out:
         raise ValueError("HLS output directory must not contain '%'")  # it would corrupt the segment pattern
+    if fmp4:
+        segments = ["-hls_segment_type", "fmp4", "-hls_fmp4_init_filename", "init.mp4"]
+        segments += ["-hls_segment_filename", f"{out}/seg_%05d.m4s"]
+    else:
+        segments = ["-hls_segment_type", "mpegts", "-hls_segment_filename", f"{out}/seg_%05d.ts"]
     return base_args(ffmpeg) + [
         "-i",
         _path(src),
@@ -260,10 +367,7 @@ def hls_package(
         "vod",
         "-hls_flags",
         "independent_segments",
-        "-hls_segment_type",
-        "mpegts",
-        "-hls_segment_filename",
-        f"{out}/seg_%05d.ts",
+        *segments,
         f"{out}/{playlist_name}",
     ]
 

@@ -309,3 +309,48 @@ def preferred_h264_hardware_encoder(catalog: dict[str, Any] | None) -> str | Non
         if name in confirmed:
             return name
     return None
+
+
+# --- encoder selection by codec (quality lane) ----------------------------------------------------
+
+CODECS = ("h264", "hevc", "av1")
+# Hardware encoders per codec, in preference order; only confirmed ones (catalog "hardware_encoders")
+# are ever chosen.
+HARDWARE_PREFERENCE = {
+    "h264": H264_HARDWARE_PREFERENCE,
+    "hevc": ("hevc_nvenc", "hevc_qsv", "hevc_vaapi", "hevc_videotoolbox", "hevc_amf"),
+    "av1": ("av1_nvenc", "av1_qsv", "av1_vaapi", "av1_amf"),
+}
+# Software encoders per codec, in preference order (the first the catalog lists is used).
+SOFTWARE_PREFERENCE = {
+    "h264": ("libx264",),
+    "hevc": ("libx265",),
+    "av1": ("libsvtav1", "libaom-av1"),
+}
+
+
+def preferred_hardware_encoder(codec: str, catalog: dict[str, Any] | None) -> str | None:
+    """The first confirmed hardware encoder for `codec` in the catalog, or None."""
+    confirmed = set((catalog or {}).get("hardware_encoders") or [])
+    return next((name for name in HARDWARE_PREFERENCE.get(codec, ()) if name in confirmed), None)
+
+
+def software_encoder(codec: str, catalog: dict[str, Any] | None) -> str | None:
+    """The software encoder for `codec` this catalog's FFmpeg has. A catalog without an encoder list
+    (an older worker) is assumed to be the shipped static build: libx264, libx265, libaom-av1."""
+    listed = (catalog or {}).get("encoders")
+    for name in SOFTWARE_PREFERENCE.get(codec, ()):
+        if not listed or name in listed:
+            if listed or name != "libsvtav1":
+                return name
+    return None
+
+
+def select_encoder(codec: str, catalog: dict[str, Any] | None, hardware: str) -> tuple[str | None, bool]:
+    """(encoder, is_hardware) for one rendition: a confirmed hardware encoder when `hardware` is
+    auto or gpu and the catalog has one, else the software encoder (None when there is none)."""
+    if hardware in ("auto", "gpu"):
+        hw = preferred_hardware_encoder(codec, catalog)
+        if hw is not None:
+            return hw, True
+    return software_encoder(codec, catalog), False

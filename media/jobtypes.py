@@ -75,7 +75,8 @@ JOB_TYPES: dict[str, JobType] = {
         ),
         _t(
             "transcode",
-            "Adaptive-bitrate ladder (H.264 + AAC) packaged as HLS with a master playlist, plus a thumbnail.",
+            "Adaptive-bitrate ladder (H.264, HEVC or AV1 + AAC) packaged as HLS with a master playlist, "
+            "plus a thumbnail; each rendition's VMAF/PSNR/SSIM measured (quality.json).",
             p.TranscodeParams,
             "gpu_encode",
             4000,
@@ -84,10 +85,12 @@ JOB_TYPES: dict[str, JobType] = {
                 "transcode",
                 "transcode.rendition",
                 "transcode.thumbnail",
+                "transcode.quality",
                 "transcode.package",
                 "transcode.upload",
             ],
-            "renditions/<name>.mp4, hls/master.m3u8, hls/<name>/index.m3u8 + segments, thumbnail.jpg",
+            "renditions/<name>.mp4, hls/master.m3u8, hls/<name>/index.m3u8 + segments, thumbnail.jpg, "
+            "quality.json",
         ),
         _t(
             "scan",
@@ -126,8 +129,13 @@ JOB_TYPES: dict[str, JobType] = {
             "gpu_encode",
             4000,
             True,
-            ["reencode_streaming", "reencode_streaming.encode", "library.register"],
-            "<stem>.mp4 (faststart) and a library asset under library_directory",
+            [
+                "reencode_streaming",
+                "reencode_streaming.encode",
+                "reencode_streaming.quality",
+                "library.register",
+            ],
+            "<stem>.mp4 (faststart), quality.json, and a library asset under library_directory",
         ),
         _t(
             "compile_random",
@@ -410,3 +418,41 @@ def resolve_resource(
     if override_category is not None:
         return _overridden_resource(jt, override_category, override_vram, hw_encoder, cpu_encoder)
     return _resource_for_hardware(jt, hardware, override_vram, hw_encoder, cpu_encoder, worker_catalog)
+
+
+# --- codecs on a GPU (issue 16) ---------------------------------------------------------------------
+
+
+def gpu_codec_errors(
+    job_type: str, params: dict[str, Any], hardware: str, catalogs: list[dict]
+) -> list[dict]:
+    """Errors for `hardware: gpu` jobs asking for HEVC or AV1 that no live worker can encode on a GPU.
+
+    `catalogs` are the capability catalogs of the live workers. With none (no worker up yet) the job
+    is accepted and waits for GPU capacity like any GPU job (its waiting_reason says so). H.264 keeps
+    DECISIONS 8: libx264 on the GPU reservation when the worker has no H.264 hardware encoder.
+    """
+    from media.ffmpeg import preferred_hardware_encoder
+
+    if hardware != "gpu" or not catalogs or job_type not in JOB_TYPES:
+        return []
+    model = get_job_type(job_type).params_model
+    if not hasattr(model, "rung_codecs"):
+        return []
+    try:
+        parsed = model.model_validate(params)
+    except ValidationError:
+        return []
+    errors = []
+    for field, codec in parsed.rung_codecs():
+        if codec == "h264":
+            continue
+        if not any(preferred_hardware_encoder(codec, catalog) for catalog in catalogs):
+            errors.append(
+                {
+                    "field": f"params.{field}",
+                    "message": f"hardware is gpu but no live worker has a confirmed {codec} hardware "
+                    "encoder; use hardware auto or cpu (software encoding)",
+                }
+            )
+    return errors

@@ -195,6 +195,46 @@ class NoopParams(Params):
     children: int = Field(0, ge=0, le=100, description="Spawn this many noop child stages")
 
 
+# --- measured quality and codecs (issue 16) -----------------------------------------------------
+
+QualityMetric = Literal["vmaf", "psnr", "ssim"]
+Codec = Literal["h264", "hevc", "av1"]
+
+
+def _needs_vmaf(value, info: ValidationInfo, name: str):
+    if value is not None and "vmaf" not in (info.data.get("quality_metrics") or []):
+        raise ValueError(f'{name} needs "vmaf" in quality_metrics')
+    return value
+
+
+class QualityOptions(Params):
+    """Measuring each output against its source (media/quality.py)."""
+
+    quality_metrics: list[QualityMetric] = Field(
+        ["vmaf"],  # pydantic copies it per instance; a plain default shows in the schema and the form
+        max_length=3,
+        description='Metrics measured on each output: "vmaf", "psnr", "ssim"; [] turns measuring off',
+    )
+    min_vmaf: float | None = Field(
+        None, ge=0, le=100, description="Quality gate: an output whose mean VMAF is below this fails the job"
+    )
+    vmaf_subsample: int | None = Field(
+        None, ge=1, le=250, description="Score every Nth frame; default chosen from the frame count"
+    )
+
+    @field_validator("quality_metrics")
+    @classmethod
+    def _distinct_metrics(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("quality_metrics must not repeat a metric")
+        return value
+
+    @field_validator("min_vmaf")
+    @classmethod
+    def _gate_needs_vmaf(cls, value, info: ValidationInfo):
+        return _needs_vmaf(value, info, "min_vmaf")
+
+
 # --- transcode --------------------------------------------------------------------------------
 
 
@@ -203,6 +243,7 @@ class Rendition(Params):
         ge=144, le=4320, description="Lines of the shorter side: 720 means 720p, landscape or portrait"
     )
     video_bitrate_kbps: VideoKbps | None = Field(None, description="Peak video bitrate; default by height")
+    codec: Codec | None = Field(None, description="h264, hevc or av1; default the job's codec")
 
     @field_validator("height")
     @classmethod
@@ -212,7 +253,14 @@ class Rendition(Params):
         return value
 
 
-class TranscodeParams(EncodeOptions, SingleInput):
+class TranscodeParams(EncodeOptions, QualityOptions, SingleInput):
+    codec: Codec = Field("h264", description="Video codec of rungs that do not name their own")
+    target_vmaf: float | None = Field(
+        None,
+        ge=50,
+        le=99,
+        description="Per-title ladder: each rung's CRF is searched on samples to reach this VMAF",
+    )
     ladder: list[Rendition] | None = Field(
         None,
         min_length=1,
@@ -229,6 +277,19 @@ class TranscodeParams(EncodeOptions, SingleInput):
         if value is not None and len({r.height for r in value}) != len(value):
             raise ValueError("ladder heights must be distinct")
         return value
+
+    @field_validator("target_vmaf")
+    @classmethod
+    def _target_needs_vmaf(cls, value, info: ValidationInfo):
+        return _needs_vmaf(value, info, "target_vmaf")
+
+    def rung_codecs(self) -> list[tuple[str, str]]:
+        """(field, codec) of every codec this job encodes: `codec`, and each rung's own."""
+        used = [("codec", self.codec)]
+        for index, rung in enumerate(self.ladder or []):
+            if rung.codec is not None:
+                used.append((f"ladder.{index}.codec", rung.codec))
+        return used
 
 
 # --- library ------------------------------------------------------------------------------------
@@ -285,7 +346,7 @@ class MoveToLibraryParams(SingleInput):
 # --- encode ---------------------------------------------------------------------------------------
 
 
-class ReencodeStreamingParams(EncodeOptions, SingleInput):
+class ReencodeStreamingParams(EncodeOptions, QualityOptions, SingleInput):
     preset: Preset = "medium"
     target_bitrate_kbps: VideoKbps = Field(2000, description="maxrate; bufsize is twice this")
     max_height: int | None = Field(

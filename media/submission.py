@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 
-from media import jobtypes, webhooks
+from media import jobtypes, quality, webhooks
 from scheduler import repository
 from scheduler.constants import HARDWARE_CHOICES, MAX_VRAM_MB, RESOURCE_CATEGORIES
 from scheduler.models import Job
@@ -234,6 +234,9 @@ def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) 
     max_attempts = _int(payload, "max_attempts", 4, MAX_ATTEMPTS_RANGE, errors)
     hardware, category, vram_mb = _resource_request(payload, errors)
     choice = _resource_choice(jt, hardware, category, vram_mb, errors)
+    if jt is not None and hardware == "gpu" and not errors:  # issue 16: HEVC/AV1 on a GPU
+        catalogs = quality.live_worker_catalogs(settings.JETENCODE["STALE_WORKER_SECONDS"])
+        errors.extend(jobtypes.gpu_codec_errors(jt.name, params, hardware, catalogs))
     worker_uid = _required_worker(payload, errors)
     webhook_url = _webhook_url(payload, errors)
     if errors:

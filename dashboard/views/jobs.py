@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+import zlib
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect
@@ -10,9 +12,11 @@ from django.utils import timezone
 
 from dashboard.files import serve_output
 from dashboard.forms import FormError, JobForm
+from dashboard.quality_chart import bitrate_vmaf_chart
 from dashboard.views.common import cheap_page_of, is_partial, operator_required, page, viewer_required
 from media.jobtypes import JOB_TYPES
 from media.models import MediaAsset
+from media.quality import job_quality
 from media.submission import ValidationError as JobValidationError
 from media.submission import create_job
 from scheduler import queries
@@ -157,6 +161,17 @@ def job_context(job: Job) -> dict:
         else None,
         "log_sig": f"{len(job.log)}:{stage_logs[-1]['task_id'] if stage_logs else 0}:{len(stage_logs)}:{stage_logs[-1]['at'].timestamp() if stage_logs else 0}",
         "outputs_sig": ",".join(f"{o.id}" for o in outputs),
+        **quality_context(job),
+    }
+
+
+def quality_context(job: Job) -> dict:
+    """The measured quality (issue 16) for templates/dashboard/partials/job_quality.html."""
+    measured = job_quality(job.id)
+    return {
+        "quality": measured,
+        "quality_chart": bitrate_vmaf_chart(measured),
+        "quality_sig": str(zlib.crc32(json.dumps(measured, sort_keys=True).encode())) if measured else "none",
     }
 
 

@@ -81,7 +81,7 @@ def test_cancelling_a_running_transcode_kills_ffmpeg_and_publishes_nothing(start
     assert tasks == {
         "transcode": "completed",
         "transcode.rendition": "cancelled",
-        "transcode.package": "cancelled",
+        "transcode.quality": "cancelled",  # the measuring stage waits for the rendition
     }
     rendition_id = sql(
         "SELECT id FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.rendition'", [job]
@@ -142,7 +142,11 @@ def test_a_killed_workers_transcode_is_redone_elsewhere_and_published_once(start
     assert len(old) + len(new) == len(tasks)
     # The first execution ran on the victim and never got as far as packaging or publishing.
     assert {t[4] for t in old if t[4]} == {victim_uid}
-    assert not [t for t in old if t[2] in ("transcode.package", "transcode.upload") and t[3] == "completed"]
+    assert not [
+        t
+        for t in old
+        if t[2] in ("transcode.quality", "transcode.package", "transcode.upload") and t[3] == "completed"
+    ]
     assert {t[3] for t in old} <= {"completed", "cancelled"}, old
     # The final execution: the whole stage graph, each stage finished exactly once, on the survivor.
     assert sorted(t[2] for t in new) == sorted(
@@ -151,6 +155,7 @@ def test_a_killed_workers_transcode_is_redone_elsewhere_and_published_once(start
             "transcode.rendition",
             "transcode.rendition",
             "transcode.thumbnail",
+            "transcode.quality",
             "transcode.package",
             "transcode.upload",
         ]

@@ -366,6 +366,7 @@ def check_transcode(run: Run, job: JobRun) -> None:
             "transcode": 1,
             "transcode.rendition": 2,
             "transcode.thumbnail": 1,
+            "transcode.quality": 1,
             "transcode.package": 1,
             "transcode.upload": 1,
         }
@@ -379,6 +380,7 @@ def check_transcode(run: Run, job: JobRun) -> None:
         "hls/180p/index.m3u8",
         "hls/144p/index.m3u8",
         "thumbnail.jpg",
+        "quality.json",
     } <= names
     assert not any("360p" in name for name in names), "a rung above the source was produced"
     upload = job.task("transcode.upload")
@@ -470,9 +472,14 @@ def check_validate(run: Run, job: JobRun) -> None:
 
 def check_reencode_streaming(run: Run, job: JobRun) -> None:
     assert job.stages() == Counter(
-        {"reencode_streaming": 1, "reencode_streaming.encode": 1, "library.register": 1}
+        {
+            "reencode_streaming": 1,
+            "reencode_streaming.encode": 1,
+            "reencode_streaming.quality": 1,
+            "library.register": 1,
+        }
     )
-    outputs = check_outputs(run, job, {"landscape.mp4"})
+    outputs = check_outputs(run, job, {"landscape.mp4", "quality.json"})
     path = run.roots.job_outputs(job.id) / "landscape.mp4"
     info = probe(path)
     check_video(info, size=(256, 144), duration=3.0)

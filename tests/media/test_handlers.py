@@ -98,6 +98,7 @@ def test_transcode_end_to_end(local_worker, roots, clips):
         "transcode.rendition",
         "transcode.rendition",
         "transcode.thumbnail",
+        "transcode.quality",
         "transcode.package",
         "transcode.upload",
     ]
@@ -107,12 +108,14 @@ def test_transcode_end_to_end(local_worker, roots, clips):
         "180p",
         "144p",
     ]  # 720p dropped: above the source
-    package = dispatch.children[3]
-    assert (
-        package.task_type == "transcode.package"
-        and package.wait_for_siblings
-        and package.pool == "background"
+    measuring = dispatch.children[3]  # scores the renditions, then spawns the package
+    assert (measuring.task_type, measuring.wait_for_siblings, measuring.pool) == (
+        "transcode.quality",
+        True,
+        "media",
     )
+    package = run.of("transcode.quality")[0].children[0]
+    assert (package.task_type, package.pool) == ("transcode.package", "background")
     assert all(not c.wait_for_siblings for c in dispatch.children[:3])
     assert all(
         c.resource_category == "cpu" and c.vram_mb == 0 and c.timeout_seconds == 600
@@ -128,6 +131,7 @@ def test_transcode_end_to_end(local_worker, roots, clips):
         "hls/180p/index.m3u8",
         "hls/144p/index.m3u8",
         "thumbnail.jpg",
+        "quality.json",
     ):
         assert name in outputs
     assert len([o for o in outputs if o.startswith("hls/180p/seg_")]) == 3  # 3 s in 1 s segments
@@ -251,13 +255,20 @@ def test_reencode_streaming_encodes_one_faststart_file_and_registers_it(local_wo
     stage = local_worker.next_stage()
     assert stage.task_type == encode.task_type
     result = stage.execute()
-    [out] = stage.outputs()
+    assert stage.outputs() == []  # published only once measured (reencode_streaming.quality)
+    measuring = local_worker.next_stage()
+    assert measuring.task_type == "reencode_streaming.quality"
+    measured = measuring.execute()["quality"]
+    out, _ = measuring.outputs()
     info = probe(out)
     assert (info.width, info.height, info.video_codec, info.audio_codec) == (144, 256, "h264", "aac")
     assert is_faststart(out) and result["library_path"].startswith("playback/My_Clip-")
-    [register] = stage.children
+    assert [s.name for s in measuring.published] == ["My_Clip.mp4", "quality.json"]
+    assert measured["renditions"][0]["name"] == "My_Clip" and 0 <= measured["renditions"][0]["vmaf"] <= 100
+    [register] = measuring.children
     assert (
-        register.task_type == "library.register" and (stage.workspace / register.payload["source"]).exists()
+        register.task_type == "library.register"
+        and (measuring.workspace / register.payload["source"]).exists()
     )
 
 

@@ -116,7 +116,7 @@ def test_reencode_streaming_adds_one_library_asset(local_worker, roots, clips):
     while (stage := local_worker.next_stage()).task_type != "library.register":
         stage.execute()
         stages.append(stage.task_type)
-    assert stages == ["reencode_streaming", "reencode_streaming.encode"]
+    assert stages == ["reencode_streaming", "reencode_streaming.encode", "reencode_streaming.quality"]
     register = stage
     first = register.execute(conclude=False)  # registered, but the finish is lost: a retry follows
     created = MediaAsset.objects.get(pk=first["video_id"])
@@ -128,7 +128,7 @@ def test_reencode_streaming_adds_one_library_asset(local_worker, roots, clips):
     assert retry.execute() == {**first, "created": False}
     assert MediaAsset.objects.filter(path=created.path).count() == 1
     assert job_status(job_id) == "completed"
-    assert roots.published_files(job_id) == ["source.mp4"]
+    assert roots.published_files(job_id) == ["quality.json", "source.mp4"]
 
 
 def test_thumbnail_for_an_asset_updates_it_after_publication(local_worker, roots, clips):

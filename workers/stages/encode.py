@@ -2,7 +2,9 @@
 
 reencode_streaming (dispatch, cpu)   stage input, probe, choose encoder/resources
   └─ reencode_streaming.encode       H.264 + AAC, +faststart (GPU category with a hardware encoder)
-       └─ library.register           add the encoded file to the media library, exactly once
+       └─ reencode_streaming.quality VMAF/PSNR/SSIM against the source, min_vmaf gate; publishes the
+            │                        file and quality.json (skipped with quality_metrics: [])
+            └─ library.register      add the encoded file to the media library, exactly once
 
 thumbnail_generate (dispatch, cpu)   one JPEG; with a video_id, library.update sets the asset's thumbnail
 """
@@ -14,7 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
-from media import commands
+from media import commands, quality
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,
@@ -52,10 +54,22 @@ def reencode_streaming(ctx: StageContext) -> dict:
     if params.max_height and short > params.max_height:
         size = commands.fit_short_side(info.width, info.height, params.max_height)
     stem = safe_stem(source.path.name)
+    measuring = None
+    if params.quality_metrics:
+        frames = int(info.duration_seconds * (info.fps or 25))
+        measuring = {
+            "reference": workspace_rel(ctx, staged),
+            "source_width": info.width,
+            "source_height": info.height,
+            "metrics": list(params.quality_metrics),
+            "min_vmaf": params.min_vmaf,
+            "n_subsample": quality.n_subsample_for(frames, info.fps, params.vmaf_subsample),
+        }
     ctx.spawn_child(
         child(
             "reencode_streaming.encode",
             {
+                "quality": measuring,
                 "input": workspace_rel(ctx, staged),
                 "encoder": choice.encoder,
                 "preset": params.preset,
@@ -110,19 +124,22 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
         os.link(final, library_copy)
     except OSError:
         shutil.copyfile(final, library_copy)
-    publish(ctx, final, name)
-    ctx.spawn_child(
-        child(
-            "library.register",
-            {
-                "source": workspace_rel(ctx, library_copy),
-                "path": p["library_path"],
-                "directory": p["library_directory"],
-                "title": p.get("title") or Path(name).stem,
-                "metadata": info.asset_fields(),
-            },
-        )
-    )
+    register = {
+        "source": workspace_rel(ctx, library_copy),
+        "path": p["library_path"],
+        "directory": p["library_directory"],
+        "title": p.get("title") or Path(name).stem,
+        "metadata": info.asset_fields(),
+    }
+    if p.get("quality"):
+        # Measured (and gated) before anything is published: the quality stage publishes.
+        rendition = {"name": Path(name).stem, "file": workspace_rel(ctx, final), "encoder": encoder_of(p)}
+        payload = {**p["quality"], "renditions": [rendition], "duration": p["duration"]}
+        payload.update({"output_name": name, "register": register})
+        ctx.spawn_child(child("reencode_streaming.quality", payload, duration=p["duration"]))
+    else:
+        publish(ctx, final, name)
+        ctx.spawn_child(child("library.register", register))
     ctx.progress(100.0)
     return {
         "output": name,

@@ -1,11 +1,16 @@
 """transcode: JetEncode's adaptive-streaming pipeline.
 
-    transcode (dispatch, cpu)         stage the input, probe, choose encoder/resources, plan the ladder
-      ├─ transcode.rendition × N      one H.264/AAC MP4 per rung (media pool; GPU category if a
-      │                               hardware encoder is used), keyframes on segment boundaries
+    transcode (dispatch, cpu)         stage the input, probe, choose encoders/resources, plan the ladder
+      ├─ transcode.rendition × N      one H.264/HEVC/AV1 + AAC MP4 per rung (media pool; GPU category
+      │                               if a hardware encoder is used), keyframes on segment boundaries;
+      │                               with target_vmaf, a CRF search on samples first
       ├─ transcode.thumbnail          one JPEG (cpu)
-      └─ transcode.package            waits for its siblings; HLS per rendition + master playlist
-           └─ transcode.upload        (background pool) publishes everything to output storage
+      └─ transcode.quality            waits for its siblings; scores every rendition against the
+         │                            source, min_vmaf gate, quality.json (workers/stages/quality.py)
+         └─ transcode.package         HLS per rendition (MPEG-TS for H.264, fMP4 for HEVC/AV1) +
+              │                       master playlist
+              └─ transcode.upload     (background pool) publishes everything to output storage
+With `quality_metrics: []` the package waits for the renditions itself, as before measuring existed.
 
 Renditions run in parallel on the worker's media slots; packaging and upload use the background
 slot so they never hold media capacity. All stages after dispatch run on the dispatching worker,
@@ -14,13 +19,16 @@ in the job's workspace.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
-from media import commands
-from media.hls import ladder_for, master_playlist, variant_from_probe
-from media.jobtypes import ResourceChoice
+from media import commands, quality
+from media.ffmpeg import select_encoder
+from media.hls import FMP4_CODECS, codec_string_of, ladder_for, master_playlist, variant_from_probe
+from media.jobtypes import JOB_TYPES, ResourceChoice
 from media.params import TranscodeParams
 from media.probe import probe
 from workers.stages.base import ChildSpec, PermanentFailure, StageContext, stage
@@ -40,10 +48,42 @@ from workers.stages.common import (
     workspace_rel,
     ws,
 )
+from workers.stages.quality import QUALITY_DIR, QUALITY_JSON, crf_search
 
 RENDITIONS_DIR = "renditions"
 HLS_DIR = "hls"
 THUMBNAIL = "thumbnail.jpg"
+
+
+def crf_for_codec(codec: str, crf: int) -> int:
+    """The job's `crf` (x264 scale) on the encoder's own scale: x265 is about 5 higher for the same
+    quality, AV1 (0..63) about 1.4 times."""
+    if codec == "hevc":
+        return min(51, crf + 5)
+    if codec == "av1":
+        return min(63, round(crf * 1.4))
+    return crf
+
+
+def rung_encoding(ctx: StageContext, codec: str, choice: ResourceChoice) -> tuple[str, ResourceChoice]:
+    """(encoder, resource) for a rung of `codec`. H.264 keeps the job's choice (DECISIONS 8); HEVC and
+    AV1 use a confirmed hardware encoder when `hardware` allows and the catalog has one (in the GPU
+    category), else their software encoder (cpu, unless the job reserved a GPU anyway)."""
+    if codec == "h264":
+        return choice.encoder or "libx264", choice
+    hardware = getattr(ctx, "job_hardware", None) or "auto"
+    if choice.reason.startswith("resource_category override"):
+        hardware = "gpu" if choice.use_gpu else "cpu"
+    encoder, is_hardware = select_encoder(codec, dict(ctx.capabilities or {}), hardware)
+    if encoder is None:
+        raise PermanentFailure(f"this worker's FFmpeg has no {codec} encoder")
+    if is_hardware:
+        vram = choice.vram_mb if choice.use_gpu else JOB_TYPES["transcode"].vram_mb
+        category = choice.category if choice.use_gpu else "gpu_encode"
+        return encoder, ResourceChoice(category, vram, True, encoder, f"{codec}: worker has {encoder}")
+    if choice.use_gpu:
+        return encoder, ResourceChoice(choice.category, choice.vram_mb, True, encoder, choice.reason)
+    return encoder, ResourceChoice("cpu", 0, False, encoder, f"{codec}: software encoder {encoder}")
 
 
 def _rendition_child(
@@ -52,27 +92,33 @@ def _rendition_child(
     size: tuple[int, int],
     staged_rel: str,
     choice: ResourceChoice,
-    duration: float,
+    info,
 ) -> ChildSpec:
     width, height = size
-    return child(
-        "transcode.rendition",
-        {
-            "input": staged_rel,
-            "name": rung["name"],
-            "width": width,
-            "height": height,
-            "video_bitrate_kbps": rung["video_bitrate_kbps"],
-            "segment_seconds": params.segment_seconds,
-            "encoder": choice.encoder,
-            "preset": params.preset,
-            "crf": params.crf,
-            "audio_bitrate_kbps": params.audio_bitrate_kbps,
-            "duration": duration,
-        },
-        resource=choice,
-        duration=duration,
-    )
+    payload = {
+        "input": staged_rel,
+        "name": rung["name"],
+        "width": width,
+        "height": height,
+        "video_bitrate_kbps": rung["video_bitrate_kbps"],
+        "segment_seconds": params.segment_seconds,
+        "codec": rung["codec"],
+        "encoder": rung["encoder"],
+        "preset": params.preset,
+        "crf": crf_for_codec(rung["codec"], params.crf),
+        "audio_bitrate_kbps": params.audio_bitrate_kbps,
+        "duration": info.duration_seconds,
+    }
+    if params.target_vmaf is not None:
+        payload.update(
+            {
+                "target_vmaf": params.target_vmaf,
+                "source_width": info.width,
+                "source_height": info.height,
+                "fps": info.fps,
+            }
+        )
+    return child("transcode.rendition", payload, resource=choice, duration=info.duration_seconds)
 
 
 def _thumbnail_child(params: TranscodeParams, staged_rel: str, duration: float) -> ChildSpec:
@@ -89,19 +135,57 @@ def _thumbnail_child(params: TranscodeParams, staged_rel: str, duration: float) 
     )
 
 
+def _package_payload(params: TranscodeParams, ladder: list[dict], duration: float) -> dict:
+    return {
+        "renditions": [
+            {"name": r["name"], "video_bitrate_kbps": r["video_bitrate_kbps"], "codec": r["codec"]}
+            for r in ladder
+        ],
+        "segment_seconds": params.segment_seconds,
+        "audio_bitrate_kbps": params.audio_bitrate_kbps,
+        "duration": duration,
+    }
+
+
 def _package_child(params: TranscodeParams, ladder: list[dict], duration: float) -> ChildSpec:
     """HLS packaging once every rendition is done, on the background pool."""
     return child(
         "transcode.package",
-        {
-            "renditions": [
-                {"name": r["name"], "video_bitrate_kbps": r["video_bitrate_kbps"]} for r in ladder
-            ],
-            "segment_seconds": params.segment_seconds,
-            "audio_bitrate_kbps": params.audio_bitrate_kbps,
-            "duration": duration,
-        },
+        _package_payload(params, ladder, duration),
         pool="background",
+        duration=duration,
+        wait_for_siblings=True,
+    )
+
+
+def _quality_child(params: TranscodeParams, ladder: list[dict], staged_rel: str, info) -> ChildSpec:
+    """Scoring once every rendition is done (media pool, cpu: libvmaf is CPU work); it spawns the
+    package, so a failed gate stops the job before anything is packaged or published."""
+    duration = info.duration_seconds
+    frames = int(duration * (info.fps or 25))
+    return child(
+        "transcode.quality",
+        {
+            "reference": staged_rel,
+            "source_width": info.width,
+            "source_height": info.height,
+            "renditions": [
+                {
+                    "name": r["name"],
+                    "file": f"{RENDITIONS_DIR}/{r['name']}.mp4",
+                    "codec": r["codec"],
+                    "encoder": r["encoder"],
+                    "crf": crf_for_codec(r["codec"], params.crf) if params.target_vmaf is None else None,
+                }
+                for r in ladder
+            ],
+            "metrics": list(params.quality_metrics),
+            "min_vmaf": params.min_vmaf,
+            "target_vmaf": params.target_vmaf,
+            "n_subsample": quality.n_subsample_for(frames, info.fps, params.vmaf_subsample),
+            "duration": duration,
+            "package": _package_payload(params, ladder, duration),
+        },
         duration=duration,
         wait_for_siblings=True,
     )
@@ -124,15 +208,25 @@ def transcode(ctx: StageContext) -> dict:
     ladder = ladder_for(min(info.width, info.height), requested)
     staged_rel = workspace_rel(ctx, staged)
     duration = info.duration_seconds
+    codecs = {r.height: r.codec for r in params.ladder or [] if r.codec}
     for rung in ladder:
         size = commands.fit_short_side(info.width, info.height, rung["height"])
         rung["resolution"] = f"{size[0]}x{size[1]}"
-        ctx.spawn_child(_rendition_child(params, rung, size, staged_rel, choice, duration))
+        rung["codec"] = codecs.get(rung["height"], params.codec)
+        rung["encoder"], rung_choice = rung_encoding(ctx, rung["codec"], choice)
+        ctx.spawn_child(_rendition_child(params, rung, size, staged_rel, rung_choice, info))
     ctx.spawn_child(_thumbnail_child(params, staged_rel, duration))
-    ctx.spawn_child(_package_child(params, ladder, duration))
+    if params.quality_metrics:
+        ctx.spawn_child(_quality_child(params, ladder, staged_rel, info))
+    else:
+        ctx.spawn_child(_package_child(params, ladder, duration))
     ctx.progress(100.0)
     ctx.log(
-        "ladder: " + ", ".join(f"{r['name']} {r['resolution']} {r['video_bitrate_kbps']}k" for r in ladder)
+        "ladder: "
+        + ", ".join(
+            f"{r['name']} {r['resolution']} {r['codec']} ({r['encoder']}) {r['video_bitrate_kbps']}k"
+            for r in ladder
+        )
     )
     return {
         "source": {k: v for k, v in info.to_dict().items() if k != "path"},
@@ -151,30 +245,60 @@ def transcode_rendition(ctx: StageContext) -> dict:
     final = Path(ctx.workspace) / RENDITIONS_DIR / f"{name}.mp4"
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)
-    argv = commands.rendition(
-        src,
-        partial,
-        width=int(p["width"]),
-        height=int(p["height"]),
-        video_bitrate_kbps=int(p["video_bitrate_kbps"]),
-        segment_seconds=float(p["segment_seconds"]),
-        encoder=encoder_of(p),
-        preset=p.get("preset", "veryfast"),
-        crf=int(p.get("crf", 23)),
-        audio_kbps=int(p.get("audio_bitrate_kbps", 128)),
+    encoder = encoder_of(p)
+    kbps = int(p["video_bitrate_kbps"])
+    size = (int(p["width"]), int(p["height"]))
+    try:
+        encoding = commands.VideoEncoding(
+            encoder,
+            p.get("preset", "veryfast"),
+            int(p.get("crf", 23)),
+            kbps,
+            2 * kbps,
+            float(p["segment_seconds"]),
+        )
+    except ValueError as exc:
+        raise PermanentFailure(str(exc)) from None
+    ctx.log(f"rendition {name}: codec {encoding.codec}, encoder {encoder}")
+    throttle = throttle_for(ctx)
+    search = None
+    if p.get("target_vmaf") is not None:
+        search = crf_search(
+            ctx,
+            src,
+            name=name,
+            encoding=encoding,
+            size=size,
+            source_size=(int(p["source_width"]), int(p["source_height"])),
+            duration=float(p["duration"]),
+            fps=p.get("fps"),
+            target_vmaf=float(p["target_vmaf"]),
+            throttle=throttle.span(0.0, 40.0),
+        )
+        encoding = replace(encoding, crf=int(search["chosen_crf"]))
+        search_file = final.with_name(f"{name}.search.json")
+        search_file.write_text(json.dumps(search, sort_keys=True))
+    argv = commands.encode_video(
+        src, partial, encoding=encoding, audio_kbps=int(p.get("audio_bitrate_kbps", 128)), size=size
     )
-    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what=f"rendition {name}")
+    span = throttle.span(40.0, 100.0) if search is not None else throttle
+    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=span, what=f"rendition {name}")
     os.replace(partial, final)
     info = probe(final)
     ctx.log(
-        f"rendition {name}: {info.width}x{info.height}, {info.bitrate} bit/s, {final.stat().st_size} bytes"
+        f"rendition {name}: {info.width}x{info.height} {encoding.codec} ({encoder}, crf {encoding.crf}), "
+        f"{info.bitrate} bit/s, {final.stat().st_size} bytes"
     )
     return {
         "name": name,
         "width": info.width,
         "height": info.height,
         "bitrate": info.bitrate,
+        "codec": encoding.codec,
+        "encoder": encoder,
+        "crf": encoding.crf,
         "file": workspace_rel(ctx, final),
+        **({"search": search} if search is not None else {}),
     }
 
 
@@ -203,6 +327,7 @@ def transcode_package(ctx: StageContext) -> dict:
     renditions = p["renditions"]
     throttle = throttle_for(ctx)
     variants = []
+    any_fmp4 = False
     for i, rendition in enumerate(renditions):
         ctx.check_cancelled()
         name = str(rendition["name"])
@@ -213,20 +338,23 @@ def transcode_package(ctx: StageContext) -> dict:
             raise PermanentFailure(f"rendition {name} is missing from the workspace")
         out_dir = building / name
         out_dir.mkdir()
-        argv = commands.hls_package(src, out_dir, segment_seconds=float(p["segment_seconds"]))
+        fmp4 = rendition.get("codec") in FMP4_CODECS
+        argv = commands.hls_package(src, out_dir, segment_seconds=float(p["segment_seconds"]), fmp4=fmp4)
         span = throttle.span(100.0 * i / len(renditions), 100.0 * (i + 1) / len(renditions))
         run_ffmpeg(
             ctx, argv, duration=float(p.get("duration") or 0) or None, throttle=span, what=f"hls {name}"
         )
+        any_fmp4 = any_fmp4 or fmp4
         variants.append(
             variant_from_probe(
                 f"{name}/index.m3u8",
                 probe(src),
                 rendition.get("video_bitrate_kbps"),
                 int(p.get("audio_bitrate_kbps", 128)),
+                codec_string_of(src),
             )
         )
-    (building / "master.m3u8").write_text(master_playlist(variants))
+    (building / "master.m3u8").write_text(master_playlist(variants, version=7 if any_fmp4 else 3))
     final = workspace / HLS_DIR
     if final.exists():
         shutil.rmtree(final)
@@ -264,6 +392,9 @@ def transcode_upload(ctx: StageContext) -> dict:
     thumb = workspace / THUMBNAIL
     if thumb.exists():
         files.append((thumb, THUMBNAIL))
+    measured = workspace / QUALITY_DIR / QUALITY_JSON
+    if measured.exists():
+        files.append((measured, QUALITY_JSON))
     missing = [name for path, name in files if not path.exists()]
     if missing:
         raise PermanentFailure(f"missing from the workspace: {', '.join(missing)}")
@@ -271,7 +402,7 @@ def transcode_upload(ctx: StageContext) -> dict:
     for i, (path, name) in enumerate(files, start=1):
         ctx.check_cancelled()
         # Segments are many and uniform: their metadata is their size. MP4s and the JPEG are probed.
-        publish(ctx, path, name, probe_it=path.suffix in (".mp4", ".jpg"))
+        publish(ctx, path, name, probe_it=path.suffix in (".mp4", ".jpg"))  # quality.json: kind data
         throttle.update(100.0 * i / len(files))
     ctx.progress(100.0)
     ctx.log(f"publishing {len(files)} files")

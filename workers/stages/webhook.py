@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from media import failures, links, webhooks
+from media.quality import job_quality
 from workers.stages.base import PermanentFailure, StageContext, stage
 
 
@@ -64,6 +65,7 @@ def job_summary(job_id: str) -> dict:
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
         "outputs": outputs,
+        "quality": job_quality(job.pk),
     }
 
 

@@ -1,0 +1,372 @@
+"""Measured quality on real FFmpeg and tiny generated clips: every transcode rendition scored with
+libvmaf (VMAF, PSNR, SSIM), quality.json, the job detail's and the webhook's `quality`, the min_vmaf
+gate, and the per-title target_vmaf search. The figures are checked against libvmaf run directly
+on the same files, with a command line built here, not by media/quality.py.
+"""
+
+import json
+import re
+import subprocess
+
+import av
+import pytest
+from django.test import Client
+
+from media import commands, quality, webhooks
+from media.ffmpeg import encoder_catalog
+from tests.kit.db import job_status
+from tests.kit.web import Api, Receiver, issue_token
+from tests.kit.workers import InProcessWorker
+from workers.stages.base import PermanentFailure
+
+pytestmark = pytest.mark.django_db
+
+FAST = {"preset": "ultrafast", "segment_seconds": 1, "thumbnail_width": 160}
+
+
+def libvmaf_directly(ffmpeg, distorted, reference, size, tmp_path, features="") -> dict:
+    """libvmaf on every frame (no subsampling, so its pooled mean is right), the rendition scaled
+    to the source's size: the independent measurement."""
+    log = tmp_path / "direct.json"
+    options = f"log_fmt=json:log_path={log}" + (f":feature={features}" if features else "")
+    graph = f"[0:v]scale={size[0]}:{size[1]}:flags=bicubic[d];[d][1:v]libvmaf={options}"
+    proc = subprocess.run(
+        [ffmpeg, "-hide_banner", "-nostdin", "-i", str(distorted), "-i", str(reference), "-lavfi", graph]
+        + ["-f", "null", "-"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    printed = float(re.search(r"VMAF score: ([\d.]+)", proc.stderr).group(1))
+    pooled = json.loads(log.read_text())["pooled_metrics"]
+    return {"printed": printed, **{name: value["mean"] for name, value in pooled.items()}}
+
+
+def run_until_done(worker, job_type, params, **new_job):
+    """Every stage of a job, in claim order; the first handler exception is returned, not raised."""
+    job_id = worker.submit(job_type, params, **new_job)
+    stages, error = [], None
+    while (stage := worker.next_stage()) is not None:
+        stages.append(stage)
+        try:
+            stage.execute()
+        except Exception as exc:  # the slot fails the task; the test reads it
+            error = error or exc
+    return job_id, stages, error
+
+
+def test_each_rendition_is_scored_and_the_scores_match_libvmaf_run_directly(
+    local_worker, roots, clips, ffmpeg, tmp_path, settings, bob
+):
+    rel = roots.add(clips.landscape, "videos/landscape.mp4")
+    secret = webhooks.generate_secret()
+    settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_SECRET": secret, "WEBHOOK_ALLOW_PRIVATE": True}
+    params = {
+        "input": rel,
+        "ladder": [{"height": 180}, {"height": 144, "video_bitrate_kbps": 150}],
+        "quality_metrics": ["vmaf", "psnr", "ssim"],
+        "vmaf_subsample": 1,  # every frame, like the direct run
+        **FAST,
+    }
+    with Receiver() as receiver:
+        run = local_worker.run_job("transcode", params, webhook_url=receiver.url + "/hook")
+    assert job_status(run.job_id) == "completed"
+    measuring = run.of("transcode.quality")[0]
+    assert measuring.progress_calls and measuring.progress_calls[-1][1] == 100.0
+    assert any("libvmaf=model=version=vmaf_v0.6.1" in line for line in measuring.logs())
+
+    document = json.loads((run.output_dir / "quality.json").read_text())
+    [published] = [s for s in run.of("transcode.upload")[0].published if s.name == "quality.json"]
+    assert published.kind == "data"
+    settings_used = document["settings"]
+    assert (settings_used["vmaf_model"], settings_used["libvmaf_version"]) == ("vmaf_v0.6.1", "2.3.0")
+    assert settings_used["n_subsample"] == 1
+    by_name = {r["name"]: r for r in document["renditions"]}
+    assert list(by_name) == ["180p", "144p"]
+    for name, size in (("180p", (320, 180)), ("144p", (256, 144))):
+        entry = by_name[name]
+        assert (entry["width"], entry["height"], entry["codec"], entry["encoder"]) == (
+            *size,
+            "h264",
+            "libx264",
+        )
+        assert 0 <= entry["vmaf_p5"] <= entry["vmaf"] <= 100
+        assert 20 < entry["psnr_db"] < 70 and 0.5 < entry["ssim"] <= 1
+        assert entry["frames_scored"] == 75
+        rendition = run.output_dir / f"renditions/{name}.mp4"
+        direct = libvmaf_directly(
+            ffmpeg, rendition, clips.landscape, (320, 180), tmp_path, "name=psnr|name=float_ssim"
+        )
+        assert entry["vmaf"] == pytest.approx(direct["vmaf"], abs=0.05)
+        assert entry["vmaf"] == pytest.approx(direct["printed"], abs=0.05)
+        assert entry["psnr_db"] == pytest.approx(direct["psnr_y"], abs=0.05)
+        assert entry["ssim"] == pytest.approx(direct["float_ssim"], abs=0.001)
+        # Measured from the file: the video packets' bytes over the duration.
+        with av.open(str(rendition)) as container:
+            size_bits = sum(p.size for p in container.demux(video=0)) * 8
+        assert entry["bitrate_kbps"] == pytest.approx(size_bits / 3.0 / 1000, rel=0.05)
+    assert by_name["144p"]["bitrate_kbps"] < by_name["180p"]["bitrate_kbps"]
+    assert by_name["144p"]["vmaf"] < by_name["180p"]["vmaf"]
+
+    # The same object in the job detail and in the signed webhook body.
+    api = Api(Client(), issue_token(bob, "operate"))
+    detail = api.get(f"/v2/jobs/{run.job_id}").json()
+    assert detail["quality"] == document
+    [(_, headers, body)] = receiver.requests
+    webhooks.verify(secret, headers, body)
+    assert json.loads(body)["data"]["quality"] == document
+
+
+def test_quality_is_null_until_measured_and_not_measured_when_turned_off(local_worker, roots, clips, bob):
+    rel = roots.add(clips.silent, "a.mp4")
+    api = Api(Client(), issue_token(bob, "operate"))
+    run = local_worker.run_job(
+        "transcode", {"input": rel, "ladder": [{"height": 144}], "quality_metrics": [], **FAST}
+    )
+    assert job_status(run.job_id) == "completed"
+    assert "transcode.quality" not in [s.task_type for s in run.stages]
+    assert "quality.json" not in run.outputs()
+    assert api.get(f"/v2/jobs/{run.job_id}").json()["quality"] is None
+
+    job_id = local_worker.submit("transcode", {"input": rel, "ladder": [{"height": 144}], **FAST})
+    assert api.get(f"/v2/jobs/{job_id}").json()["quality"] is None  # not measured yet
+
+
+def test_subsampling_scores_every_nth_frame_and_stays_close_to_every_frame(
+    local_worker, roots, clips, ffmpeg, tmp_path
+):
+    rel = roots.add(clips.landscape, "a.mp4")
+    run = local_worker.run_job(
+        "transcode", {"input": rel, "ladder": [{"height": 144}], "vmaf_subsample": 5, **FAST}
+    )
+    document = json.loads((run.output_dir / "quality.json").read_text())
+    [entry] = document["renditions"]
+    assert document["settings"]["n_subsample"] == 5 and entry["frames_scored"] == 15  # frames 0, 5, ... 70
+    assert set(entry) >= {"vmaf", "vmaf_p5"} and "psnr_db" not in entry and "ssim" not in entry
+    direct = libvmaf_directly(
+        ffmpeg, run.output_dir / "renditions/144p.mp4", clips.landscape, (320, 180), tmp_path
+    )
+    assert entry["vmaf"] == pytest.approx(direct["vmaf"], abs=2.0)
+
+
+def test_the_default_subsampling_scores_about_twelve_frames_and_one_every_two_seconds_at_least():
+    assert quality.n_subsample_for(75, 25.0) == 7  # a 3 s clip: 11 frames scored
+    assert quality.n_subsample_for(15, 25.0) == 2
+    assert quality.n_subsample_for(500, 25.0) == 42  # 20 s: 12 frames
+    assert quality.n_subsample_for(180_000, 25.0) == 50  # two hours: one frame every 2 s
+    assert quality.n_subsample_for(500, 25.0, override=3) == 3
+
+
+def test_only_the_scored_frames_and_their_neighbours_reach_libvmaf(ffmpeg, tmp_path):
+    """The triplet selection gives libvmaf's n_subsample=N result exactly (motion included)."""
+    src, dist = tmp_path / "src.mp4", tmp_path / "dist.mp4"
+    subprocess.run(commands.synthetic_clip(src, seconds=3, audio=False, ffmpeg=ffmpeg), check=True)
+    subprocess.run(
+        [ffmpeg, "-loglevel", "error", "-i", str(src), "-vf", "scale=160:90", "-crf", "35", str(dist)],
+        check=True,
+    )
+    ours = tmp_path / "ours.json"
+    subprocess.run(
+        quality.measure_argv(src, [(dist, ours)], width=320, height=180, n_subsample=7, ffmpeg=ffmpeg),
+        check=True,
+        capture_output=True,
+    )
+    direct = tmp_path / "direct.json"
+    graph = (
+        f"[0:v]scale=320:180:flags=bicubic[d];[d][1:v]libvmaf=n_subsample=7:log_fmt=json:log_path={direct}"
+    )
+    subprocess.run(
+        [ffmpeg, "-loglevel", "error", "-i", str(dist), "-i", str(src), "-lavfi", graph, "-f", "null", "-"],
+        check=True,
+    )
+    mine = [f["metrics"] for f in json.loads(ours.read_text())["frames"]]
+    theirs = [f["metrics"] for f in json.loads(direct.read_text())["frames"]]
+    assert len(mine) == len(theirs) == 11
+    for a, b in zip(mine, theirs, strict=True):
+        assert a["vmaf"] == pytest.approx(b["vmaf"], abs=1e-6)
+        assert a["integer_motion2"] == pytest.approx(b["integer_motion2"], abs=1e-6)
+
+
+def test_pooling_reads_the_frames_not_libvmafs_pooled_mean(tmp_path):
+    log = tmp_path / "log.json"
+    frames = [{"frameNum": i * 5, "metrics": {"vmaf": v}} for i, v in enumerate([70.0, 80.0, 90.0, 60.0])]
+    log.write_text(
+        json.dumps({"version": "2.3.0", "frames": frames, "pooled_metrics": {"vmaf": {"mean": 87.4}}})
+    )
+    scores = quality.parse_log(log)
+    assert scores.vmaf == 75.0 and scores.frames == 4
+    assert scores.vmaf_p5 == pytest.approx(61.5)  # linear interpolation between 60 and 70
+
+
+def test_a_rendition_below_min_vmaf_fails_the_job_naming_it_and_publishes_nothing(local_worker, roots, clips):
+    rel = roots.add(clips.landscape, "a.mp4")
+    params = {
+        "input": rel,
+        "ladder": [{"height": 180}, {"height": 144, "video_bitrate_kbps": 100}],
+        "crf": 51,
+        "min_vmaf": 99,
+        **FAST,
+    }
+    job_id, stages, error = run_until_done(local_worker, "transcode", params)
+    assert isinstance(error, PermanentFailure)
+    message = str(error)
+    assert re.search(r"rendition 144p measured VMAF \d+\.\d\d, below min_vmaf 99", message), message
+    assert stages[-1].task_type == "transcode.quality"
+    assert job_status(job_id) == "failed"
+    assert roots.published_files(job_id) == []
+    from scheduler.models import Job
+
+    assert "min_vmaf 99" in (Job.objects.get(pk=job_id).last_error or "")
+
+
+# --- codecs ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def catalog_worker(db, roots):
+    """A worker with this machine's real FFmpeg catalog (libx265, libaom-av1; no GPU here)."""
+    return InProcessWorker("catalog-worker", workspace_root=roots.workspace, capabilities=encoder_catalog())
+
+
+def test_hevc_and_av1_ladders_package_as_fmp4_hls_that_decodes(catalog_worker, roots, clips):
+    rel = roots.add(clips.landscape, "a.mp4")
+    params = {
+        "input": rel,
+        "ladder": [{"height": 180, "codec": "hevc"}, {"height": 144, "codec": "av1"}],
+        "quality_metrics": ["vmaf"],
+        **FAST,
+    }
+    run = catalog_worker.run_job("transcode", params)
+    assert job_status(run.job_id) == "completed"
+    outputs = run.outputs()
+    master = (run.output_dir / "hls/master.m3u8").read_text()
+    assert "#EXT-X-VERSION:7" in master
+    assert re.search(r'CODECS="hvc1\.1\.6\.L\d+\.[0-9A-F.]+,mp4a\.40\.2"', master), master
+    assert re.search(r'CODECS="av01\.0\.\d\dM\.08,mp4a\.40\.2"', master), master
+    for name, size in (("180p", (320, 180)), ("144p", (256, 144))):
+        playlist = (run.output_dir / f"hls/{name}/index.m3u8").read_text()
+        assert '#EXT-X-MAP:URI="init.mp4"' in playlist
+        segments = re.findall(r"^(seg_\d+\.m4s)$", playlist, re.M)
+        assert len(segments) == 3 and all(f"hls/{name}/{s}" in outputs for s in segments)
+        with av.open(str(run.output_dir / f"hls/{name}/index.m3u8")) as container:
+            stream = container.streams.video[0]
+            decoded = [f for f in container.decode(stream)]
+            assert (stream.codec_context.width, stream.codec_context.height) == size
+        assert len(decoded) == 75, name  # 3 s at 25 fps, every frame decodes
+    document = json.loads((run.output_dir / "quality.json").read_text())
+    encoders = {r["name"]: (r["codec"], r["encoder"]) for r in document["renditions"]}
+    assert encoders == {"180p": ("hevc", "libx265"), "144p": ("av1", "libaom-av1")}
+    assert all(50 < r["vmaf"] <= 100 for r in document["renditions"])
+    hevc_stage = [s for s in run.of("transcode.rendition") if s.payload["name"] == "180p"][0]
+    assert any("encoder libx265" in line for line in hevc_stage.logs())
+
+
+# --- per-title target_vmaf ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def easy_and_noisy(tmp_path_factory, ffmpeg):
+    """2 s at 320x180: colour bars that barely move (easy) and the test pattern under heavy temporal
+    noise (hard)."""
+    out = tmp_path_factory.mktemp("per-title")
+    sources = {
+        "easy.mp4": "smptebars=size=320x180:rate=25:duration=2",
+        "noisy.mp4": "testsrc2=size=320x180:rate=25:duration=2,noise=alls=40:allf=t+u",
+    }
+    for name, graph in sources.items():
+        subprocess.run(
+            [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", graph]
+            + ["-c:v", "libx264", "-preset", "ultrafast", "-qp", "0", "-pix_fmt", "yuv420p", str(out / name)],
+            check=True,
+            timeout=60,
+        )
+    return out
+
+
+def test_target_vmaf_gives_easy_content_fewer_bits_and_both_reach_the_target(
+    local_worker, roots, easy_and_noisy
+):
+    target = 88.0
+    measured = {}
+    for name in ("easy", "noisy"):
+        rel = roots.add(easy_and_noisy / f"{name}.mp4", f"videos/{name}.mp4")
+        params = {
+            "input": rel,
+            "ladder": [{"height": 180, "video_bitrate_kbps": 6000}],
+            "target_vmaf": target,
+            **FAST,
+        }
+        run = local_worker.run_job("transcode", params)
+        assert job_status(run.job_id) == "completed"
+        [entry] = json.loads((run.output_dir / "quality.json").read_text())["renditions"]
+        search = entry["search"]
+        assert 1 <= len(search["probes"]) <= quality.MAX_PROBES
+        assert all(set(p) == {"crf", "vmaf", "bitrate_kbps", "seconds"} for p in search["probes"])
+        assert search["chosen_crf"] == entry["crf"] and search["reachable_on_samples"] is True
+        assert entry["target_met"] is True and entry["vmaf"] >= target - quality.TARGET_TOLERANCE
+        rendition = run.of("transcode.rendition")[0]
+        assert any("search 180p: crf" in line for line in rendition.logs())
+        measured[name] = entry
+    assert measured["easy"]["bitrate_kbps"] < measured["noisy"]["bitrate_kbps"]
+    assert measured["easy"]["crf"] > measured["noisy"]["crf"]
+
+
+def test_a_rung_that_cannot_reach_the_target_is_produced_and_flagged(local_worker, roots, easy_and_noisy):
+    rel = roots.add(easy_and_noisy / "noisy.mp4", "videos/noisy.mp4")
+    params = {"input": rel, "ladder": [{"height": 144, "video_bitrate_kbps": 100}], "target_vmaf": 99, **FAST}
+    run = local_worker.run_job("transcode", params)
+    assert job_status(run.job_id) == "completed" and "renditions/144p.mp4" in run.outputs()
+    [entry] = json.loads((run.output_dir / "quality.json").read_text())["renditions"]
+    assert entry["target_met"] is False and entry["search"]["reachable_on_samples"] is False
+    assert entry["crf"] == min(p["crf"] for p in entry["search"]["probes"])  # the best quality tried
+    assert any("not reached by: 144p" in line for line in run.of("transcode.quality")[0].logs())
+
+
+def test_metrics_has_a_vmaf_histogram_by_rung(local_worker, roots, clips):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rel = roots.add(clips.silent, "a.mp4")
+    run = local_worker.run_job(
+        "transcode", {"input": rel, "ladder": [{"height": 180}, {"height": 144}], **FAST}
+    )
+    document = json.loads((run.output_dir / "quality.json").read_text())
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    [family] = [
+        f
+        for f in text_string_to_metric_families(response.content.decode())
+        if f.name == "jetencode_rendition_vmaf"
+    ]
+    assert family.type == "histogram"
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples}
+    for entry in document["renditions"]:
+        rung = entry["name"]
+        assert samples[("jetencode_rendition_vmaf_count", (("rendition", rung),))] == 1
+        assert samples[("jetencode_rendition_vmaf_sum", (("rendition", rung),))] == pytest.approx(
+            entry["vmaf"]
+        )
+        below = [b for b in quality.VMAF_BUCKETS if entry["vmaf"] <= b]
+        assert (
+            samples[("jetencode_rendition_vmaf_bucket", (("le", f"{float(below[0])}"), ("rendition", rung)))]
+            == 1
+        )
+
+
+def test_reencode_streaming_below_the_gate_publishes_nothing_and_registers_nothing(
+    local_worker, roots, clips
+):
+    from media.models import MediaAsset
+
+    rel = roots.add(clips.landscape, "inbox/a.mp4")
+    params = {"input": rel, "target_bitrate_kbps": 100, "crf": 51, "max_height": 144, "min_vmaf": 95, **FAST}
+    params.pop("segment_seconds"), params.pop("thumbnail_width")
+    job_id, stages, error = run_until_done(local_worker, "reencode_streaming", params)
+    assert [s.task_type for s in stages] == [
+        "reencode_streaming",
+        "reencode_streaming.encode",
+        "reencode_streaming.quality",
+    ]
+    assert isinstance(error, PermanentFailure) and "rendition a measured VMAF" in str(error)
+    assert job_status(job_id) == "failed"
+    assert roots.published_files(job_id) == [] and MediaAsset.objects.count() == 0

@@ -1,0 +1,272 @@
+"""Measured quality: the stages that score outputs against their source, and the per-title CRF search.
+
+transcode.quality (media pool, cpu)   waits for the renditions; scores each one (VMAF, PSNR, SSIM
+                                      as asked), applies the min_vmaf gate, writes quality.json,
+                                      then spawns transcode.package
+reencode_streaming.quality (cpu)      the same for the one re-encoded file; then publishes it and
+                                      spawns library.register
+
+A gate that fails raises PermanentFailure naming the rendition, its VMAF and the gate: the job fails
+and, because publication happens only after this stage (transcode.upload, or this stage's own
+accepted finish for reencode_streaming), nothing of it is published.
+
+`crf_search` (called by transcode.rendition when target_vmaf is set) encodes short samples of the
+source at a few CRFs and keeps the highest CRF whose sample VMAF reaches the target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from media import commands, quality
+from media.ffmpeg import ffmpeg_version
+from media.progress import ProgressThrottle
+from workers.stages.base import PermanentFailure, StageContext, stage
+from workers.stages.common import child, partial_path, probe_media, publish, run_ffmpeg, throttle_for, ws
+
+QUALITY_DIR = "quality"
+QUALITY_JSON = "quality.json"
+
+
+def measure(
+    ctx: StageContext,
+    reference: Path,
+    distorted: list[Path],
+    *,
+    size: tuple[int, int],
+    metrics: list[str],
+    n_subsample: int,
+    duration: float | None,
+    throttle: ProgressThrottle | None,
+    what: str,
+) -> list[quality.Scores]:
+    """One libvmaf pass over every file of `distorted` through ctx.run (progress, cancellation,
+    stall watchdog); the scores of each, pooled here, in order."""
+    log_dir = Path(ctx.workspace) / QUALITY_DIR
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logs = [log_dir / f"{path.stem}.vmaf.json" for path in distorted]
+    for log in logs:
+        log.unlink(missing_ok=True)
+    argv = quality.measure_argv(
+        reference,
+        list(zip(distorted, logs, strict=True)),
+        width=size[0],
+        height=size[1],
+        metrics=metrics,
+        n_subsample=n_subsample,
+    )
+    run_ffmpeg(ctx, argv, duration=duration, throttle=throttle, what=what)
+    try:
+        return [quality.parse_log(log) for log in logs]
+    except (OSError, ValueError, KeyError) as exc:
+        raise RuntimeError(f"{what}: unreadable libvmaf log: {exc}") from exc
+
+
+def _entry(p: dict, rendition: dict, path: Path, scores: quality.Scores) -> dict[str, Any]:
+    """The quality.json entry of one scored rendition."""
+    name = str(rendition["name"])
+    info = probe_media(path)
+    metrics = list(p["metrics"])
+    entry: dict[str, Any] = {
+        "name": name,
+        "width": info.width,
+        "height": info.height,
+        "codec": rendition.get("codec") or commands.codec_of_encoder(rendition.get("encoder") or "libx264"),
+        "encoder": rendition.get("encoder") or "libx264",
+        "bitrate_kbps": quality.video_bitrate_kbps(path),
+        **scores.as_dict(metrics),
+    }
+    search_file = path.with_name(f"{name}.search.json")
+    if search_file.exists():
+        search = json.loads(search_file.read_text())
+        entry["crf"] = search.get("chosen_crf")
+        entry["search"] = search
+        target = p.get("target_vmaf")
+        if target is not None and scores.vmaf is not None:
+            entry["target_met"] = scores.vmaf >= float(target) - quality.TARGET_TOLERANCE
+    elif rendition.get("crf") is not None:
+        entry["crf"] = rendition["crf"]
+    return entry
+
+
+def measure_all(ctx: StageContext, p: dict) -> dict[str, Any]:
+    """Score every rendition of payload `p` in one pass; apply the gate; write quality/quality.json.
+    Returns the quality document."""
+    renditions = p["renditions"]
+    paths = []
+    for rendition in renditions:
+        path = ws(ctx, rendition["file"])
+        if not path.exists():
+            raise PermanentFailure(f"rendition {rendition['name']} is missing from the workspace")
+        paths.append(path)
+    started = time.monotonic()
+    ctx.check_cancelled()
+    scores = measure(
+        ctx,
+        ws(ctx, p["reference"]),
+        paths,
+        size=(int(p["source_width"]), int(p["source_height"])),
+        metrics=list(p["metrics"]),
+        n_subsample=int(p["n_subsample"]),
+        duration=float(p.get("duration") or 0) or None,
+        throttle=throttle_for(ctx),
+        what="quality " + ", ".join(str(r["name"]) for r in renditions),
+    )
+    entries = []
+    for rendition, path, score in zip(renditions, paths, scores, strict=True):
+        entry = _entry(p, rendition, path, score)
+        entries.append(entry)
+        ctx.log(
+            f"quality {entry['name']}: "
+            + ", ".join(
+                f"{k} {entry[k]}"
+                for k in ("vmaf", "vmaf_p5", "psnr_db", "ssim", "bitrate_kbps")
+                if k in entry
+            )
+            + f" ({score.frames} frames scored, encoder {entry['encoder']})"
+        )
+    version = scores[0].libvmaf_version
+    document = {
+        "renditions": entries,
+        "settings": quality.settings_record(p["metrics"], int(p["n_subsample"]), version, ffmpeg_version()),
+        "target_vmaf": p.get("target_vmaf"),
+        "min_vmaf": p.get("min_vmaf"),
+        "measure_seconds": round(time.monotonic() - started, 2),
+    }
+    failures = [f for f in (quality.gate_failure(e, p.get("min_vmaf")) for e in entries) if f]
+    if failures:
+        raise PermanentFailure("; ".join(failures))
+    flagged = [e["name"] for e in entries if e.get("target_met") is False]
+    if flagged:
+        ctx.log(
+            f"target_vmaf {p['target_vmaf']} not reached by: {', '.join(flagged)} (flagged in quality.json)"
+        )
+    out = Path(ctx.workspace) / QUALITY_DIR / QUALITY_JSON
+    partial = partial_path(out)
+    partial.write_text(json.dumps(document, indent=2, sort_keys=True))
+    os.replace(partial, out)
+    return document
+
+
+@stage("transcode.quality")
+def transcode_quality(ctx: StageContext) -> dict:
+    p = ctx.payload
+    document = measure_all(ctx, p)
+    ctx.spawn_child(
+        child("transcode.package", dict(p["package"]), pool="background", duration=p.get("duration"))
+    )
+    ctx.progress(100.0)
+    return {"quality": document}
+
+
+@stage("reencode_streaming.quality")
+def reencode_streaming_quality(ctx: StageContext) -> dict:
+    """Score the re-encoded file; only then publish it (with quality.json) and register it."""
+    p = ctx.payload
+    document = measure_all(ctx, p)
+    final = ws(ctx, p["renditions"][0]["file"])
+    publish(ctx, final, str(p["output_name"]))
+    publish(ctx, Path(ctx.workspace) / QUALITY_DIR / QUALITY_JSON, QUALITY_JSON, kind="data")
+    ctx.spawn_child(child("library.register", dict(p["register"])))
+    ctx.progress(100.0)
+    return {"quality": document}
+
+
+# --- per-title CRF search ----------------------------------------------------------------------
+
+
+def crf_search(
+    ctx: StageContext,
+    src: Path,
+    *,
+    name: str,
+    encoding: commands.VideoEncoding,
+    size: tuple[int, int],
+    source_size: tuple[int, int],
+    duration: float,
+    fps: float | None,
+    target_vmaf: float,
+    throttle: ProgressThrottle,
+) -> dict[str, Any]:
+    """Bisect the CRF on samples of `src` for the highest CRF whose sample VMAF >= target + margin
+    (at most quality.MAX_PROBES probe encodes). Returns the search record."""
+    from dataclasses import replace
+
+    started = time.monotonic()
+    work = Path(ctx.workspace) / "search" / name
+    work.mkdir(parents=True, exist_ok=True)
+    windows = quality.sample_windows(duration)
+    sample_seconds = sum(d for _, d in windows)
+    reference = work / "reference.mp4"
+    if not reference.exists():
+        partial = partial_path(reference)
+        run_ffmpeg(
+            ctx,
+            quality.sample_reference_argv(src, partial, windows, fps=fps),
+            duration=sample_seconds,
+            throttle=None,
+            what=f"search {name} samples",
+        )
+        os.replace(partial, reference)
+    low, high = quality.CRF_RANGE[encoding.codec]
+    # Samples that are the whole source predict the rendition exactly: no margin needed then.
+    whole = len(windows) == 1 and windows[0][0] == 0
+    aim = float(target_vmaf) + (0.0 if whole else quality.SEARCH_MARGIN)
+    n_subsample = min(
+        quality.SEARCH_SUBSAMPLE, quality.n_subsample_for(int(sample_seconds * (fps or 25)), fps)
+    )
+    tried: dict[int, float] = {}
+    probes = []
+    crf = quality.next_crf(tried, aim, low, high)
+    while crf is not None and len(probes) < quality.MAX_PROBES:
+        ctx.check_cancelled()
+        probe_started = time.monotonic()
+        out = work / f"crf{crf}.mp4"
+        argv = commands.encode_video(reference, out, encoding=replace(encoding, crf=crf), size=size)
+        run_ffmpeg(ctx, argv, duration=sample_seconds, throttle=None, what=f"search {name} crf {crf}")
+        [scores] = measure(
+            ctx,
+            reference,
+            [out],
+            size=source_size,
+            metrics=["vmaf"],
+            n_subsample=n_subsample,
+            duration=sample_seconds,
+            throttle=None,
+            what=f"search {name} vmaf crf {crf}",
+        )
+        tried[crf] = float(scores.vmaf)
+        probes.append(
+            {
+                "crf": crf,
+                "vmaf": round(float(scores.vmaf), 3),
+                "bitrate_kbps": quality.video_bitrate_kbps(out),
+                "seconds": round(time.monotonic() - probe_started, 2),
+            }
+        )
+        out.unlink(missing_ok=True)
+        throttle.update(100.0 * len(probes) / quality.MAX_PROBES)
+        crf = quality.next_crf(tried, aim, low, high)
+    chosen, reachable = quality.chosen_crf(tried, aim, low)
+    record = {
+        "target_vmaf": float(target_vmaf),
+        "aim_vmaf": aim,
+        "crf_range": [low, high],
+        "samples": [{"start": a, "seconds": d} for a, d in windows],
+        "n_subsample": n_subsample,
+        "probes": probes,
+        "chosen_crf": chosen,
+        "reachable_on_samples": reachable,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    ctx.log(
+        f"search {name}: crf {chosen} for target VMAF {target_vmaf:g} after {len(probes)} probes "
+        f"in {record['seconds']}s: "
+        + ", ".join(f"crf {t['crf']} -> {t['vmaf']}" for t in probes)
+        + ("" if reachable else " (target not reachable on the samples: best CRF tried)")
+    )
+    return record
