@@ -31,7 +31,9 @@ def rendition(height, width):
 
 
 def test_a_transcode_is_weighted_by_its_stages_and_renditions_by_pixels(viewer_api, enqueue, worker):
-    job = enqueue("transcode", {"input": "videos/demo.mp4"})
+    # Measuring off, so the plan is the five stages below (the quality stage's share goes to the
+    # renditions); test_measuring_quality_has_its_own_share covers the default.
+    job = enqueue("transcode", {"input": "videos/demo.mp4", "quality_metrics": []})
     dispatch = lease_of(claim(worker), worker)
     repository.report_progress(dispatch, 50.0)
     assert progress_everywhere(viewer_api, job) == 2  # half of the dispatch's 5 %
@@ -91,6 +93,24 @@ def test_progress_never_goes_backwards_within_an_execution(viewer_api, enqueue, 
     retry = lease_of(claim(worker), worker)
     repository.report_progress(retry, 10.0)
     assert progress_everywhere(viewer_api, job) == 80
+
+
+def test_measuring_quality_has_its_own_share():
+    with connection.cursor() as cursor:
+        for job_type, encode in (
+            ("transcode", "transcode.rendition"),
+            ("reencode_streaming", "reencode_streaming.encode"),
+        ):
+            cursor.execute(
+                "SELECT progress_plan_v1(%s, '{}'), progress_plan_v1(%s, '{\"quality_metrics\": []}')",
+                [job_type, job_type],
+            )
+            measured, unmeasured = (json.loads(p) if isinstance(p, str) else p for p in cursor.fetchone())
+            quality = f"{job_type}.quality"
+            assert measured[quality] > 0 and unmeasured[quality] == 0
+            # The encodes take the quality stage's share back: the other stages weigh the same.
+            assert unmeasured[encode] == measured[encode] + measured[quality]
+            assert sum(measured.values()) == sum(unmeasured.values())
 
 
 def test_every_job_type_has_a_plan_naming_its_stages():

@@ -359,12 +359,21 @@ BEGIN
     -- noop: the dispatch and each child sleep `seconds`: one share each.
     WHEN 'noop' THEN jsonb_build_object('dispatch', 1, 'noop',
       CASE WHEN jsonb_typeof(p_params -> 'children') = 'number' THEN (p_params ->> 'children')::numeric ELSE 0 END)
-    WHEN 'transcode' THEN '{"dispatch": 5, "transcode.rendition": 75, "transcode.thumbnail": 2,
-                            "transcode.package": 8, "transcode.upload": 10}'::jsonb
+    -- transcode / reencode_streaming: measuring quality (media.quality) is one decode of the source
+    -- plus libvmaf on the scored frames, about a third of an encode's CPU; share 0 (left out) when
+    -- `quality_metrics` is [] and the stage never runs (its share then goes back to the encodes).
+    WHEN 'transcode' THEN jsonb_build_object('dispatch', 5,
+      'transcode.rendition', CASE WHEN p_params -> 'quality_metrics' = '[]'::jsonb THEN 75 ELSE 65 END,
+      'transcode.thumbnail', 2,
+      'transcode.quality', CASE WHEN p_params -> 'quality_metrics' = '[]'::jsonb THEN 0 ELSE 10 END,
+      'transcode.package', 8, 'transcode.upload', 10)
     WHEN 'scan' THEN '{"dispatch": 50, "validate": 50}'::jsonb
     WHEN 'public_scan' THEN '{"dispatch": 50, "validate": 50}'::jsonb
     WHEN 'validate' THEN '{"dispatch": 100}'::jsonb
-    WHEN 'reencode_streaming' THEN '{"dispatch": 5, "reencode_streaming.encode": 85, "library.register": 10}'::jsonb
+    WHEN 'reencode_streaming' THEN jsonb_build_object('dispatch', 5,
+      'reencode_streaming.encode', CASE WHEN p_params -> 'quality_metrics' = '[]'::jsonb THEN 85 ELSE 70 END,
+      'reencode_streaming.quality', CASE WHEN p_params -> 'quality_metrics' = '[]'::jsonb THEN 0 ELSE 15 END,
+      'library.register', 10)
     WHEN 'compile_random' THEN '{"dispatch": 10, "compile_random.render": 90}'::jsonb
     WHEN 'compile_quad' THEN '{"dispatch": 10, "compile_quad.render": 90}'::jsonb
     WHEN 'compile_mega' THEN '{"dispatch": 10, "compile_mega.render": 90}'::jsonb
