@@ -345,6 +345,16 @@ def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> Claim
     return _record(ClaimedTask, row)
 
 
+def runnable_hint(worker_uid: str, pool: str) -> bool:
+    """False when the pool surely has nothing runnable for this worker now (no lock taken)."""
+    return bool(_call("runnable_hint", {"worker_uid": worker_uid, "pool": pool})[0]["runnable"])
+
+
+def session_heartbeating(uid: str, stale_seconds: float) -> bool:
+    """Whether the uid's current session has heartbeated within stale_seconds and is not offline."""
+    return bool(_call("session_heartbeating", {"uid": uid, "stale_seconds": stale_seconds})[0]["alive"])
+
+
 def heartbeat_tasks(
     worker_uid: str, session_id, leases: Iterable[Lease], lease_seconds: float
 ) -> list[TaskHeartbeat]:

@@ -22,14 +22,11 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from scheduler import repository
 from workers import workspaces
-from workers.db import DB_ERRORS, RateLimitedLog, name_thread_connection, refresh_connection, reset_connection
-
-if TYPE_CHECKING:
-    from workers.runtime import Worker
+from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection, use_keeper_connection
 
 log = logging.getLogger("jetencode.worker")
 
@@ -40,22 +37,25 @@ SWEEP_EVERY = 300.0
 
 
 class Maintenance(threading.Thread):
-    def __init__(self, worker: Worker):
+    def __init__(self, session, heartbeat_ok: Callable[[], float | None] = lambda: None):
+        """`session`: what it needs of workers.session.Session (uid, timing, workspace_root,
+        log_extra, on_taken_over); `heartbeat_ok`: the monotonic time of this worker's last
+        accepted heartbeat (None: none yet)."""
         super().__init__(name="maintenance", daemon=True)
-        self.worker = worker
+        self.worker = session
+        self.heartbeat_ok = heartbeat_ok
         self.stop_event = threading.Event()
         self.rounds = 0
         self._trouble = RateLimitedLog(60)
 
     def run(self) -> None:
         timing = self.worker.timing
-        name_thread_connection(f"jetencode-worker {self.worker.uid} maintenance")
+        use_keeper_connection()  # shared with the heartbeat: taken for one step at a time
         now = time.monotonic()
         next_sample = now + random.uniform(0, min(timing.sample_interval, 5.0))
         next_purge = now + random.uniform(30.0, 90.0)  # not every worker at the same second after a deploy
         next_sweep = now + random.uniform(10.0, 60.0)
         while not self.stop_event.is_set():
-            refresh_connection()
             self._step("recovery", self.recover)
             now = time.monotonic()
             if now >= next_sample:
@@ -85,12 +85,15 @@ class Maintenance(threading.Thread):
             )
         except Exception:
             log.exception("maintenance (%s) failed", what)
+        finally:
+            release_connection()
         return False
 
     def recover(self) -> None:
         timing = self.worker.timing
         while not self.stop_event.is_set():
             rows = repository.recover_expired(RECOVER_BATCH)
+            release_connection()  # the heartbeat may have been waiting for its turn
             for task_id, outcome in rows:
                 log.info(
                     "recovered task %s (lease expired or deadline passed) -> %s",
@@ -123,7 +126,7 @@ class Maintenance(threading.Thread):
             )
 
     def _own_heartbeat_fresh(self) -> bool:
-        last = self.worker.heartbeat.last_ok
+        last = self.heartbeat_ok()
         return last is not None and time.monotonic() - last < self.worker.timing.stale_worker / 2
 
     def purge(self) -> None:

@@ -90,6 +90,25 @@ SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
 -- Claim one task of the pool for a free slot of this worker session, under a fresh lease.
 SELECT * FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s)
 
+-- name: runnable_hint
+-- Whether anything of the pool may be runnable for this worker (a read without locks: an idle poll
+-- that finds nothing here does not queue on the scheduler lock with a claim).
+SELECT CASE WHEN %(pool)s = 'media' THEN EXISTS (
+         SELECT 1 FROM job_schedule js
+          WHERE js.group_key IN (%(worker_uid)s, '') AND js.media_runnable_at <= now())
+       ELSE EXISTS (
+         SELECT 1 FROM queue_tasks q
+          WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now())
+       END AS runnable
+
+-- name: session_heartbeating
+-- Whether the uid's current session is still heartbeating (a restart then fences a live process).
+SELECT EXISTS (
+  SELECT 1 FROM queue_workers w
+   WHERE w.uid = %(uid)s AND w.lifecycle <> 'offline'
+     AND w.last_heartbeat_at > now() - make_interval(secs => %(stale_seconds)s)
+) AS alive
+
 -- name: heartbeat_tasks
 -- Renew the leases of a session's running tasks (tasks: [{"id", "token"}]), each fenced.
 SELECT * FROM heartbeat_tasks_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::jsonb, %(lease_seconds)s)

@@ -73,8 +73,36 @@ $$;
 
 -- ---- Enqueue ---------------------------------------------------------------------------------
 
+-- Wake the worker that should claim a new task of the pool (no herd): p_worker when only it may
+-- take the task (a job's own stages, a targeted job), else one active, fresh worker with a free
+-- slot of that pool (at random among them), else every worker. The payload is '<pool>' or
+-- '<pool>:<uid>'; a worker ignores notifications for other uids, so one enqueue costs about one
+-- claim however many workers idle. Polling stays the correctness path: a worker that could not
+-- take the task after all (its slot filled meanwhile, a category it lacks) leaves it to the next
+-- poll of any worker. Finding the worker is one index probe per active worker, outside the
+-- scheduler lock.
+CREATE OR REPLACE FUNCTION notify_pool_v1(p_pool text, p_worker text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  target text := p_worker;
+BEGIN
+  IF target IS NULL THEN
+    SELECT w.uid INTO target FROM queue_workers w
+     WHERE w.lifecycle = 'active' AND w.reservation_id IS NULL
+       AND w.last_heartbeat_at > now() - interval '30 seconds'
+       AND CASE WHEN p_pool = 'media' THEN w.concurrency ELSE w.background_slots END > (
+             SELECT count(*) FROM queue_tasks q
+              WHERE q.claimed_worker_session_id = w.current_session_id AND q.state = 'running'
+                AND q.pool = p_pool)
+     ORDER BY random()
+     LIMIT 1;
+  END IF;
+  PERFORM pg_notify('jetencode_queue_tasks', p_pool || coalesce(':' || target, ''));
+END
+$$;
+
 -- Enqueue a job, its schedule and its dispatch task in one transaction (JE422 when the required
--- worker may not take it), and NOTIFY media workers unless p_notify is false. The position comes
+-- worker may not take it), and NOTIFY one media worker (notify_pool_v1) unless p_notify is false. The position comes
 -- from a sequence, without the scheduler lock, so enqueues never wait on claims. Returns the job id.
 CREATE OR REPLACE FUNCTION enqueue_job_v1(
   p_type text, p_params jsonb, p_priority int, p_max_attempts int, p_webhook_url text,
@@ -109,8 +137,10 @@ BEGIN
   VALUES (new_id, 1, p_priority, nextval('job_position_seq') * 1024, p_required_worker, NULL, 'shared', false,
           p_required_category, coalesce(p_required_vram, 0), now(), '["cpu"]', 0, now());
   PERFORM insert_dispatch_v1(new_id, 1, p_type, p_max_attempts, p_timeout);
-  IF p_notify THEN
-    PERFORM pg_notify('jetencode_queue_tasks', 'media');
+  IF p_notify AND p_required_category IS NOT NULL AND p_required_worker IS NULL THEN
+    PERFORM pg_notify('jetencode_queue_tasks', 'media');  -- a GPU dispatch: whoever has the category
+  ELSIF p_notify THEN
+    PERFORM notify_pool_v1('media', p_required_worker);
   END IF;
   RETURN new_id;
 END
