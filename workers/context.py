@@ -28,7 +28,7 @@ from media.paths import check_output_name
 from scheduler import repository
 from workers import processes
 from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection
-from workers.session import (  # noqa: F401 (re-exported: the abort kinds and TaskRun live there)
+from workers.session import (  # noqa: F401 (re-exported: the abort kinds, TaskRun, WorkerShutdown)
     CANCELLED,
     LEASE_EXPIRING,
     LEASE_LOST,
@@ -172,8 +172,8 @@ class RunContext:
         if self._job_resources is None:
             from scheduler.models import Job
 
-            with_connection = Job.objects.filter(id=self.job_id).values_list("resource_category", "vram_mb")
-            row = with_connection.first()
+            rows = Job.objects.filter(id=self.job_id).values_list("resource_category", "vram_mb")
+            row = rows.first()
             release_connection()
             self._job_resources = tuple(row) if row else (None, None)
         return self._job_resources
@@ -234,6 +234,8 @@ class RunContext:
             self._flush(*(pending if pending else (None, None)))
 
     def _flush(self, percent: float | None, detail: dict | None) -> None:
+        if self._run.abort_kind in (LEASE_LOST, TAKEN_OVER, LEASE_EXPIRING):
+            return  # the attempt is being given up: nothing more is written under its lease
         lines, self._lines = self._lines, []
         self._last_flush = time.monotonic()
         try:

@@ -7,8 +7,8 @@
 | `jetencode-worker <uid> heartbeat` | jetencode_keeper (pool: 1) | heartbeats and maintenance             |
 | `jetencode-worker <uid> listen` | (raw psycopg)     | LISTEN (workers/wakeup.py), optional               |
 
-`use_worker_connections()` turns the two Django aliases into psycopg pools of exactly one
-connection (Django 5.1+ `OPTIONS["pool"]`). The threads sharing a pool take turns on its
+`use_worker_connections()` gives each of the two Django aliases a pool of exactly one connection
+(`OneConnection`, through Django 5.1+'s pooled path, `OPTIONS["pool"]`). The threads sharing a pool take turns on its
 connection: a thread holds it from its first query until it calls `release_connection()`, which the
 runtime does after every unit of work (a claim, a progress write, a final write) and the handler
 context does at each of its checkpoints — before a subprocess starts above all, so no connection is
@@ -21,7 +21,7 @@ everything but LISTEN runs through PgBouncer in transaction mode.
 
 A lost connection (PostgreSQL restarted, `pg_terminate_backend`, network) surfaces as
 `OperationalError`/`InterfaceError`. Callers catch `DB_ERRORS`, call `reset_connection()` and try
-again after a `Backoff` pause; the pool replaces the broken connection.
+again after a `Backoff` pause; the next turn on the connection reconnects.
 """
 
 from __future__ import annotations
@@ -69,14 +69,75 @@ def harden_connection_options(lease_seconds: float, options: dict | None = None)
     return options
 
 
-def _pool_of_one(uid: str, role: str) -> dict:
-    return {
-        "min_size": 1,
-        "max_size": 1,
-        "timeout": POOL_WAIT_SECONDS,  # a thread waits this long for its turn, then gets an error
-        "name": f"{uid}-{role}",
-        "reconnect_timeout": 3600.0,  # keep trying through a long outage
-    }
+class OneConnection:
+    """A pool of exactly one connection in the shape Django's pooling calls (`open`, `getconn`,
+    `putconn`, `close`): threads take turns on it. Unlike psycopg_pool, nothing reconnects in the
+    background: the thread whose turn finds the connection missing or broken connects itself,
+    so a dead database reaches the caller as an error at once and the caller's own `Backoff` decides
+    when to try again (as with one connection per thread before)."""
+
+    def __init__(self, alias: str, wait: float = POOL_WAIT_SECONDS):
+        wrapper = connections.create_connection(alias)
+        self.alias = alias
+        self.kwargs = wrapper.get_connection_params() | {"autocommit": True}
+        self.kwargs.pop("pool", None)
+        self._configure = wrapper._configure_connection
+        self.wait = wait
+        self._cond = threading.Condition()
+        self._taken = False
+        self._conn: psycopg.Connection | None = None
+        self.connects = 0
+
+    def open(self, *args, **kwargs) -> None:
+        pass
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection:
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._taken, self.wait if timeout is None else timeout):
+                raise psycopg.OperationalError(
+                    f"no turn on the {self.alias} connection within {self.wait:g}s (another thread holds it)"
+                )
+            self._taken = True
+        try:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                self._conn = None
+                conn = psycopg.Connection.connect(**self.kwargs)
+                self.connects += 1
+                if self._configure(conn) and not conn.autocommit:
+                    conn.commit()
+                conn._pool = self
+                self._conn = conn
+            return conn
+        except BaseException:
+            self._give_turn()
+            raise
+
+    def putconn(self, conn: psycopg.Connection) -> None:
+        try:
+            if conn is self._conn and not conn.closed and not conn.broken:
+                status = conn.info.transaction_status
+                if status != psycopg.pq.TransactionStatus.IDLE:
+                    try:
+                        conn.rollback()  # a unit of work left a transaction open: never pass it on
+                    except psycopg.Error:
+                        conn.close()
+            elif conn is not self._conn:
+                conn.close()
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                self._conn = None
+        finally:
+            self._give_turn()
+
+    def _give_turn(self) -> None:
+        with self._cond:
+            self._taken = False
+            self._cond.notify()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
 
 def use_worker_connections(uid: str, lease_seconds: float) -> None:
@@ -92,10 +153,15 @@ def use_worker_connections(uid: str, lease_seconds: float) -> None:
         options["prepare_threshold"] = None
     keeper = copy.deepcopy(base)
     options["application_name"] = f"jetencode-worker {uid} work"[:63]
-    options["pool"] = _pool_of_one(uid, "work")
+    options["pool"] = True  # Django's pooled path: it asks OneConnection for its connection
     keeper["OPTIONS"]["application_name"] = f"jetencode-worker {uid} heartbeat"[:63]
-    keeper["OPTIONS"]["pool"] = _pool_of_one(uid, "heartbeat")
+    keeper["OPTIONS"]["pool"] = True
     connections.settings[KEEPER_ALIAS] = keeper
+    for alias in (DEFAULT_DB_ALIAS, KEEPER_ALIAS):
+        wrapper = connections.create_connection(alias)
+        # Django keeps one pool per alias here and uses it when present (it would build a
+        # psycopg_pool.ConnectionPool otherwise).
+        type(wrapper)._connection_pools[alias] = OneConnection(alias)
 
 
 def use_keeper_connection() -> None:
