@@ -285,8 +285,11 @@ class Worker:
         margin = self.timing.heartbeat
         for run in self.runs.snapshot():
             if run.abort_kind is not None:
+                # Its subprocesses were killed at the abort; a handler at a checkpoint has raised
+                # StageTimeout within a fraction of a second. One that has not by now ignores its
+                # context: give up on the thread (the deadline margin leaves room for the fail).
                 if run.abort_kind == TIMEOUT and run.aborted_at is not None:
-                    if now - run.aborted_at > self.kill_grace + 1.0:
+                    if now - run.aborted_at > max(0.5, self.kill_grace):
                         self._abandon(run)
                 continue
             if not run.renew:
