@@ -345,9 +345,11 @@ def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> Claim
     return _record(ClaimedTask, row)
 
 
-def runnable_hint(worker_uid: str, pool: str) -> bool:
-    """False when the pool surely has nothing runnable for this worker now (no lock taken)."""
-    return bool(_call("runnable_hint", {"worker_uid": worker_uid, "pool": pool})[0]["runnable"])
+def runnable_hint(worker_uid: str) -> set[str]:
+    """The pools that may have something runnable for this worker now (no lock taken): a pool left
+    out surely has nothing for it."""
+    row = _call("runnable_hint", {"worker_uid": worker_uid})[0]
+    return {pool for pool in ("media", "background") if row[pool]}
 
 
 def session_heartbeating(uid: str, stale_seconds: float) -> bool:

@@ -163,36 +163,41 @@ class Claimer(threading.Thread):
         so neither idle workers nor finishing stages queue on the scheduler lock for nothing."""
         seen = self.session.wakeup.generations() if seen is None else seen
         poll_due = time.monotonic() >= self._next_poll
-        found = False
+        notified, maybe = [], []
         for pool in POOL_ORDER:
             if self.session.stop_claiming.is_set() or not self.slots.free(pool):
                 continue
             looked = self._looked[pool]  # (notifications, frees) already acted on
             now_seen = (seen[pool], seen[f"{pool}.free"])
-            notified = looked is None or now_seen[0] != looked[0]
-            maybe = self._more[pool] or poll_due or (looked is not None and now_seen[1] != looked[1])
             self._looked[pool] = now_seen
-            if notified or (maybe and self._hint(pool)):
+            if looked is None or now_seen[0] != looked[0]:
+                notified.append(pool)
+            elif self._more[pool] or poll_due or now_seen[1] != looked[1]:
+                maybe.append(pool)
+            else:
+                self._more[pool] = False
+        runnable = self._hint() if maybe else set()
+        found = False
+        for pool in POOL_ORDER:
+            if pool in notified or pool in runnable:
                 self._more[pool] = claimed = self._claim_one(pool)
                 found = found or claimed
-            else:
+            elif pool in maybe:
                 self._more[pool] = False
         if poll_due:
             self._next_poll = time.monotonic() + self.session.timing.poll * random.uniform(0.8, 1.2)
         return found
 
-    def _hint(self, pool: str) -> bool:
-        """An idle poll asks first whether anything is runnable for this worker at all: a read that
-        takes no lock, so an idle farm never queues on the scheduler lock."""
+    def _hint(self) -> set[str]:
+        """The pools worth a claim, by a read that takes no lock (one query for both pools)."""
         self.hints += 1
         try:
-            with_work = repository.runnable_hint(self.session.uid, pool)
+            return repository.runnable_hint(self.session.uid)
         except DB_ERRORS:
             reset_connection()
-            return True  # let the claim meet (and report) the error
+            return set(POOL_ORDER)  # let the claims meet (and report) the error
         finally:
             release_connection()
-        return with_work
 
     def _claim_one(self, pool: str) -> bool:
         slot = self.slots.take(pool)

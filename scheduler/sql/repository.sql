@@ -91,15 +91,15 @@ SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
 SELECT * FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s)
 
 -- name: runnable_hint
--- Whether anything of the pool may be runnable for this worker (a read without locks: an idle poll
--- that finds nothing here does not queue on the scheduler lock with a claim).
-SELECT CASE WHEN %(pool)s = 'media' THEN EXISTS (
+-- Which pools may have something runnable for this worker (a read without locks: an idle poll that
+-- finds nothing here does not queue on the scheduler lock with a claim).
+SELECT EXISTS (
          SELECT 1 FROM job_schedule js
-          WHERE js.group_key IN (%(worker_uid)s, '') AND js.media_runnable_at <= now())
-       ELSE EXISTS (
+          WHERE js.group_key IN (%(worker_uid)s, '') AND js.media_runnable_at <= now()) AS media,
+       EXISTS (
          SELECT 1 FROM queue_tasks q
           WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now())
-       END AS runnable
+         AS background
 
 -- name: session_heartbeating
 -- Whether the uid's current session is still heartbeating (a restart then fences a live process).

@@ -417,7 +417,12 @@ $$;
 -- poll of any worker. Finding the worker is one index probe per active worker, outside the
 -- scheduler lock.
 CREATE OR REPLACE FUNCTION notify_pool_v1(p_pool text, p_worker text DEFAULT NULL) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- queue_workers is small and read whole: a sequential scan, even inside enqueue_job_v1 (which turns
+-- them off), and no JIT (a disabled scan's 1e10 cost would make every enqueue JIT-compile: 300 ms).
+SET enable_seqscan = on
+SET jit = off
+AS $$
 DECLARE
   target text := p_worker;
 BEGIN
