@@ -345,10 +345,10 @@ def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> Claim
     return _record(ClaimedTask, row)
 
 
-def runnable_hint(worker_uid: str) -> set[str]:
-    """The pools that may have something runnable for this worker now (no lock taken): a pool left
-    out surely has nothing for it."""
-    row = _call("runnable_hint", {"worker_uid": worker_uid})[0]
+def runnable_hint(worker_uid: str, grace_seconds: float = 0.0) -> set[str]:
+    """The pools that have had something runnable for this worker for at least `grace_seconds`
+    (no lock taken): a pool left out has nothing for it that a notification did not announce."""
+    row = _call("runnable_hint", {"worker_uid": worker_uid, "grace": grace_seconds})[0]
     return {pool for pool in ("media", "background") if row[pool]}
 
 
@@ -460,6 +460,12 @@ def purge_history(days: int, batch: int = 500) -> int:
 def record_sample() -> bool:
     rows = _call("record_sample")
     return bool(rows and rows[0]["recorded"])
+
+
+def take_recovery_round(every_seconds: float) -> bool:
+    """This worker's turn at the recovery pass (recorded now), unless any worker started one within
+    `every_seconds`."""
+    return bool(_call("take_recovery_round", {"every": every_seconds}))
 
 
 def note_recovery_ran() -> None:

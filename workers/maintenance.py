@@ -1,13 +1,13 @@
 """Timed maintenance inside every worker (DECISIONS 9): not queued tasks, which could get stuck.
 
-Every RECOVERY_INTERVAL_SECONDS (with a little jitter):
+Every RECOVERY_INTERVAL_SECONDS (with a little jitter), unless another worker made a pass in the
+last half interval (`take_recovery_round`, which also records when the pass ran for /metrics):
 - `recover_expired` until it returns less than a full batch: leases nobody renewed go to
   retry_wait (attempt counted) or failed;
 - `mark_stale_workers(STALE_WORKER_SECONDS)`: silent workers are reported offline;
 - `release_jobs(LEASE_SECONDS, REASSIGN_AFTER_SECONDS)`: jobs pinned to a draining worker, or to a
   lost one (silent for a lease) that holds nothing of value for them, move on at once; jobs with
   local work on a lost worker move once it has been silent for REASSIGN_AFTER_SECONDS;
-- `note_recovery_ran`.
 Stale marking and reassignment are skipped while this worker's own heartbeat is not fresh (it was
 stopped or cut off): then it is the stale one, and its view of the others is not to be trusted.
 Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), hourly
@@ -91,6 +91,11 @@ class Maintenance(threading.Thread):
 
     def recover(self) -> None:
         timing = self.worker.timing
+        # One pass per half interval across the whole farm, not one per worker: a worker whose turn
+        # finds a pass just made (by anyone) skips its own. A single read-and-set of one row, so a
+        # farm of idle workers costs one statement each per round instead of four.
+        if not repository.take_recovery_round(timing.recovery_interval / 2):
+            return
         while not self.stop_event.is_set():
             rows = repository.recover_expired(RECOVER_BATCH)
             release_connection()  # the heartbeat may have been waiting for its turn
@@ -103,7 +108,6 @@ class Maintenance(threading.Thread):
                 )
             if len(rows) < RECOVER_BATCH:
                 break
-        repository.note_recovery_ran()
         if not self._own_heartbeat_fresh():
             # Just resumed from a stop, or cut off from the database: this worker is the stale one.
             # Recovering expired leases is safe (the database's clock decides); judging others is not.

@@ -139,8 +139,8 @@ class Worker:
         self.maintenance = Maintenance(self.session, lambda: self.heartbeat.last_ok)
         self.slots = Slots(options.concurrency, options.background_slots)
         self.outcome = StageRunner(self.session, self.slots, self.heartbeat.stop_renewing)
-        self.claimer = Claimer(self.session, self.slots, self.outcome)
         self.listener: Listener | None = None
+        self.claimer = Claimer(self.session, self.slots, self.outcome, self._listening)
 
     # What the handler context and the tests read of the session.
     uid = property(lambda self: self.session.uid)
@@ -155,6 +155,9 @@ class Worker:
 
     def on_taken_over(self) -> None:
         self.session.on_taken_over()
+
+    def _listening(self) -> bool:
+        return self.listener is not None and self.listener.state == "listening"
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

@@ -56,6 +56,10 @@ from workers.stages.base import HANDLERS, LeaseLost, PermanentFailure, StageCanc
 log = logging.getLogger("jetencode.worker")
 
 POOL_ORDER = ("media", "background")
+# A poll (or a slot coming free) claims work that has been runnable this long: younger work was
+# announced to the worker that should take it, which is claiming it now. Missed notifications cost
+# at most a poll interval plus this.
+HINT_GRACE_SECONDS = 0.5
 
 
 def _first_line(exc: BaseException) -> str:
@@ -129,9 +133,17 @@ class Claimer(threading.Thread):
     the free slots and says whether it found work; when it did not, the thread waits for a
     notification, a slot coming free, or the next poll (POLL_SECONDS with ±20 % jitter)."""
 
-    def __init__(self, session: Session, slots: Slots, runner: StageRunner):
+    def __init__(
+        self,
+        session: Session,
+        slots: Slots,
+        runner: StageRunner,
+        listening: Callable[[], bool] = lambda: False,
+    ):
+        """`listening()`: whether notifications reach this process now (its LISTEN is up)."""
         super().__init__(name="claimer", daemon=True)
         self.session = session
+        self.listening = listening
         self.slots = slots
         self.runner = runner
         self.claims = 0  # claim statements sent (tests and the farm bench read them)
@@ -192,7 +204,8 @@ class Claimer(threading.Thread):
         """The pools worth a claim, by a read that takes no lock (one query for both pools)."""
         self.hints += 1
         try:
-            return repository.runnable_hint(self.session.uid)
+            grace = HINT_GRACE_SECONDS if self.listening() else 0.0  # polling only: take all
+            return repository.runnable_hint(self.session.uid, grace)
         except DB_ERRORS:
             reset_connection()
             return set(POOL_ORDER)  # let the claims meet (and report) the error

@@ -91,15 +91,18 @@ SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
 SELECT * FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s)
 
 -- name: runnable_hint
--- Which pools may have something runnable for this worker (a read without locks: an idle poll that
--- finds nothing here does not queue on the scheduler lock with a claim).
+-- Which pools have had something runnable for this worker for at least grace seconds (a read
+-- without locks). Work younger than that was announced by a notification to the worker that should
+-- claim it, so a poll leaves it alone: an idle poll that finds nothing here takes no lock, and polls
+-- landing between an enqueue and its notified claim make no extra claims.
 SELECT EXISTS (
          SELECT 1 FROM job_schedule js
-          WHERE js.group_key IN (%(worker_uid)s, '') AND js.media_runnable_at <= now()) AS media,
+          WHERE js.group_key IN (%(worker_uid)s, '')
+            AND js.media_runnable_at <= now() - make_interval(secs => %(grace)s)) AS media,
        EXISTS (
          SELECT 1 FROM queue_tasks q
-          WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now())
-         AS background
+          WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait')
+            AND q.available_at <= now() - make_interval(secs => %(grace)s)) AS background
 
 -- name: session_heartbeating
 -- Whether the uid's current session is still heartbeating (a restart then fences a live process).
@@ -149,6 +152,13 @@ SELECT purge_history_v1(%(days)s, %(batch)s) AS purged
 -- name: record_sample
 -- Record this minute's queue sample once across all workers (recorded NULL when already taken).
 SELECT record_sample_v1() AS recorded
+
+-- name: take_recovery_round
+-- A worker's turn at the recovery pass, unless one started within every seconds (any worker's):
+-- records the pass (what /metrics reports) and returns a row only when it is this worker's to make.
+UPDATE queue_scheduler_state SET last_recovery_at = now()
+ WHERE id = 1 AND (last_recovery_at IS NULL OR last_recovery_at <= now() - make_interval(secs => %(every)s))
+RETURNING true AS taken
 
 -- name: note_recovery_ran
 -- Remember when a recovery pass last ran (/metrics reports how long ago).

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import repository
+from tests.kit.db import sql
 from workers.config import Timing
 from workers.session import Session
 from workers.slots import Claimer, Slots
@@ -58,7 +59,7 @@ def claimer_for(tmp_path: Path, media: int = 2) -> tuple[Claimer, Started]:
     )
     slots = Slots(media, 1)
     started = Started(slots)
-    return Claimer(session, slots, started), started
+    return Claimer(session, slots, started, listening=lambda: True), started
 
 
 def test_the_first_step_looks_in_both_pools_and_then_it_waits_for_a_reason(tmp_path):
@@ -78,12 +79,17 @@ def test_an_idle_poll_asks_the_hint_and_claims_only_when_it_says_so(tmp_path, en
     assert (claimer.claims, claimer.hints) == (2, 1)  # the hint said nothing: no claim, no lock
     job = enqueue("noop", {"seconds": 0})
     claimer._next_poll = 0.0
-    assert claimer.step() is True
-    assert (claimer.claims, claimer.hints) == (3, 2)
+    # Just enqueued: its notification went to the worker that should take it; a poll leaves it.
+    assert claimer.step() is False
+    assert (claimer.claims, claimer.hints) == (2, 2)
+    sql("UPDATE job_schedule SET media_runnable_at = now() - interval '1 second' WHERE job_id = %s", [job])
+    claimer._next_poll = 0.0
+    assert claimer.step() is True  # runnable for a second: a missed notification, the poll takes it
+    assert (claimer.claims, claimer.hints) == (3, 3)
     assert [(slot, str(task.job_id)) for slot, task in started.tasks] == [("media-1", str(job))]
     # Right after a successful claim the next free slot asks the hint first: nothing left, no claim.
     assert claimer.step() is False
-    assert (claimer.claims, claimer.hints) == (3, 3)
+    assert (claimer.claims, claimer.hints) == (3, 4)
 
 
 def test_a_notification_claims_at_once_and_a_full_worker_claims_nothing(tmp_path, enqueue):
