@@ -179,13 +179,24 @@ def _xacts(conn) -> int:
 def _statement_calls(conn) -> dict[str, int]:
     rows = conn.execute(
         """SELECT CASE WHEN query LIKE '%%claim_task_v1%%' THEN 'claims'
-                       WHEN query LIKE '%%media_runnable_at <= now()) AS media%%' THEN 'hints'
+                       WHEN query LIKE '%%js.group_key IN%%' AND query LIKE '%%AS background%%' THEN 'hints'
                        ELSE 'other' END, sum(calls)::bigint
              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
             WHERE d.datname = current_database()
             GROUP BY 1"""
     ).fetchall()
     return {name: int(calls) for name, calls in rows}
+
+
+def _cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
 
 
 def _connections(conn, uids: list[str]) -> dict:
@@ -297,20 +308,22 @@ def _one_size(server: OwnPostgres, url: str, workdir: Path, n: int, args: dict, 
         time.sleep(SETTLE_SECONDS)
         with db.connect(url) as conn:
             connections = _connections(conn, pool.uids)
-            x0, cpu0, t0 = _xacts(conn), server.cpu_seconds(), time.monotonic()
+            x0, cpu0, w0, t0 = _xacts(conn), server.cpu_seconds(), _cpu_of(pool.pids()), time.monotonic()
             time.sleep(IDLE_SECONDS)
-            x1, cpu1, t1 = _xacts(conn), server.cpu_seconds(), time.monotonic()
+            x1, cpu1, w1, t1 = _xacts(conn), server.cpu_seconds(), _cpu_of(pool.pids()), time.monotonic()
             connections_later = _connections(conn, pool.uids)
             idle = {
                 "seconds": round(t1 - t0, 1),
                 "transactions_per_second": round((x1 - x0) / (t1 - t0), 1),
                 "transactions_per_second_per_worker": round((x1 - x0) / (t1 - t0) / n, 2),
                 "postgres_cpu_percent_of_one_core": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
+                "worker_cpu_percent_of_one_core_per_worker": round(100 * (w1 - w0) / (t1 - t0) / n, 3),
             }
             log(
                 f"    connections per worker: max {max(connections['max'], connections_later['max'])}, "
                 f"mean {connections['mean']}; idle: {idle['transactions_per_second']} xact/s, "
-                f"PostgreSQL CPU {idle['postgres_cpu_percent_of_one_core']} % of one core"
+                f"PostgreSQL CPU {idle['postgres_cpu_percent_of_one_core']} % of one core, each worker "
+                f"{idle['worker_cpu_percent_of_one_core_per_worker']} %"
             )
             rates = [_rate_run(conn, url, args, rate, seconds, log) for rate, seconds in RATES]
             connections_busy = _connections(conn, pool.uids)

@@ -277,7 +277,9 @@ class Worker:
                     self._stop_remaining()
                     return self._finish(EXIT_OK)
             self._watch_runs()
-            self.session.attention.wait(0.1)
+            # Deadlines and leases are watched ten times a second while stages run; an idle worker
+            # only waits for a signal or a takeover (both set `attention`), once a second.
+            self.session.attention.wait(0.1 if self.runs.count() or self.phase != "running" else 1.0)
             self.session.attention.clear()
 
     def _watch_runs(self) -> None:

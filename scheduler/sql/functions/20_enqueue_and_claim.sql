@@ -75,12 +75,12 @@ $$;
 
 -- Wake the worker that should claim a new task of the pool (no herd): p_worker when only it may
 -- take the task (a job's own stages, a targeted job), else one active, fresh worker with a free
--- slot of that pool (at random among them), else every worker. The payload is '<pool>' or
+-- slot of that pool (the first of sixteen drawn at random), else every worker. The payload is '<pool>' or
 -- '<pool>:<uid>'; a worker ignores notifications for other uids, so one enqueue costs about one
 -- claim however many workers idle. Polling stays the correctness path: a worker that could not
 -- take the task after all (its slot filled meanwhile, a category it lacks) leaves it to the next
--- poll of any worker. Finding the worker is one index probe per active worker, outside the
--- scheduler lock.
+-- poll of any worker. Finding the worker reads queue_workers and counts the running tasks of at
+-- most sixteen of them, outside the scheduler lock.
 CREATE OR REPLACE FUNCTION notify_pool_v1(p_pool text, p_worker text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql
 -- queue_workers is small and read whole: a sequential scan, even inside enqueue_job_v1 (which turns
@@ -92,14 +92,18 @@ DECLARE
   target text := p_worker;
 BEGIN
   IF target IS NULL THEN
-    SELECT w.uid INTO target FROM queue_workers w
-     WHERE w.lifecycle = 'active' AND w.reservation_id IS NULL
-       AND w.last_heartbeat_at > now() - interval '30 seconds'
-       AND CASE WHEN p_pool = 'media' THEN w.concurrency ELSE w.background_slots END > (
+    -- Sixteen active workers at random, then the first of them with a free slot: the running tasks
+    -- are counted for those sixteen only, so the cost does not grow with the farm.
+    SELECT w.uid INTO target
+      FROM (SELECT * FROM queue_workers w
+             WHERE w.lifecycle = 'active' AND w.reservation_id IS NULL
+               AND w.last_heartbeat_at > now() - interval '30 seconds'
+             ORDER BY random()
+             LIMIT 16) w
+     WHERE CASE WHEN p_pool = 'media' THEN w.concurrency ELSE w.background_slots END > (
              SELECT count(*) FROM queue_tasks q
               WHERE q.claimed_worker_session_id = w.current_session_id AND q.state = 'running'
                 AND q.pool = p_pool)
-     ORDER BY random()
      LIMIT 1;
   END IF;
   PERFORM pg_notify('jetencode_queue_tasks', p_pool || coalesce(':' || target, ''));
