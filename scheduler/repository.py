@@ -284,6 +284,8 @@ class ClaimedTask:
     job_type: str
     job_params: dict[str, Any]
     job_hardware: str
+    # Something else of the pool looked runnable for this worker as the claim began (a backlog).
+    more_runnable: bool = False
 
 
 @dataclass(frozen=True)

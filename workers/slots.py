@@ -149,7 +149,7 @@ class Claimer(threading.Thread):
         self.claims = 0  # claim statements sent (tests and the farm bench read them)
         self.hints = 0  # cheap reads sent instead
         self._looked: dict[str, tuple[int, int] | None] = dict.fromkeys(POOL_ORDER)
-        self._more = dict.fromkeys(POOL_ORDER, False)  # the last claim got a task: maybe more
+        self._more = dict.fromkeys(POOL_ORDER, False)  # the last claim saw a backlog
         self._next_poll = 0.0
         self._lock = threading.Lock()
         self._in_flight: Any = None  # the psycopg connection of a claim being sent
@@ -169,10 +169,12 @@ class Claimer(threading.Thread):
         """One claim per pool that has a free slot and something new to look at. True if a task
         was claimed (the caller steps again at once: more free slots may be waiting).
 
-        A notification for the pool (or the first look) claims at once. Anything else that might
-        mean work — a slot coming free, the claim just made (the next free slot), the idle poll —
-        asks `runnable_hint` first: most of the time there is nothing, and that read takes no lock,
-        so neither idle workers nor finishing stages queue on the scheduler lock for nothing."""
+        A notification for the pool, the first look, or a backlog (the last claim saw more runnable
+        work, `more_runnable`) claims at once: under load that is one claim per stage and nothing
+        else. Anything else that might mean work — a slot coming free after the backlog ended, the
+        idle poll — asks `runnable_hint` first: most of the time there is nothing, and that read
+        takes no lock, so neither idle workers nor finishing stages queue on the scheduler lock for
+        nothing."""
         seen = self.session.wakeup.generations() if seen is None else seen
         poll_due = time.monotonic() >= self._next_poll
         notified, maybe = [], []
@@ -182,20 +184,16 @@ class Claimer(threading.Thread):
             looked = self._looked[pool]  # (notifications, frees) already acted on
             now_seen = (seen[pool], seen[f"{pool}.free"])
             self._looked[pool] = now_seen
-            if looked is None or now_seen[0] != looked[0]:
-                notified.append(pool)
-            elif self._more[pool] or poll_due or now_seen[1] != looked[1]:
+            freed = looked is not None and now_seen[1] != looked[1]
+            if looked is None or now_seen[0] != looked[0] or self._more[pool]:
+                notified.append(pool)  # a notification, or a backlog the last claim saw: claim
+            elif poll_due or freed:
                 maybe.append(pool)
-            else:
-                self._more[pool] = False
         runnable = self._hint() if maybe else set()
         found = False
         for pool in POOL_ORDER:
             if pool in notified or pool in runnable:
-                self._more[pool] = claimed = self._claim_one(pool)
-                found = found or claimed
-            elif pool in maybe:
-                self._more[pool] = False
+                found = self._claim_one(pool) or found
         if poll_due:
             self._next_poll = time.monotonic() + self.session.timing.poll * random.uniform(0.8, 1.2)
         return found
@@ -237,6 +235,9 @@ class Claimer(threading.Thread):
             self._backoff.sleep(self.session.stop_claiming)
             return False
         self._backoff.reset()
+        # While the claim saw more runnable work (a backlog), the next free slot claims at once;
+        # once it saw none, a slot coming free asks the lock-free hint first.
+        self._more[pool] = task is not None and task.more_runnable
         if task is None:
             self.slots.put_back(pool, slot)
             return False

@@ -87,8 +87,21 @@ SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
 -- ---- Claim and fenced writes -----------------------------------------------------------------
 
 -- name: claim_task
--- Claim one task of the pool for a free slot of this worker session, under a fresh lease.
-SELECT * FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s)
+-- Claim one task of the pool for a free slot of this worker session, under a fresh lease; and, in
+-- the same round trip, whether anything else of the pool looked runnable for this worker (read with
+-- the statement's snapshot, without locks): the claimer claims again at once while there is a
+-- backlog, and asks the lock-free hint first once there is none.
+SELECT c.*,
+       CASE WHEN %(pool)s = 'media' THEN EXISTS (
+              SELECT 1 FROM job_schedule js
+               WHERE js.group_key IN (%(worker_uid)s, '') AND js.media_runnable_at <= now()
+                 AND js.job_id <> c.job_id)
+            ELSE EXISTS (
+              SELECT 1 FROM queue_tasks q
+               WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now()
+                 AND q.id <> c.id)
+       END AS more_runnable
+  FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s) c
 
 -- name: runnable_hint
 -- Which pools have had something runnable for this worker for at least grace seconds (a read

@@ -87,9 +87,33 @@ def test_an_idle_poll_asks_the_hint_and_claims_only_when_it_says_so(tmp_path, en
     assert claimer.step() is True  # runnable for a second: a missed notification, the poll takes it
     assert (claimer.claims, claimer.hints) == (3, 3)
     assert [(slot, str(task.job_id)) for slot, task in started.tasks] == [("media-1", str(job))]
-    # Right after a successful claim the next free slot asks the hint first: nothing left, no claim.
+    # The claim saw nothing else runnable: the next free slot waits for a reason, sends nothing.
+    assert started.tasks[0][1].more_runnable is False
     assert claimer.step() is False
-    assert (claimer.claims, claimer.hints) == (3, 4)
+    assert (claimer.claims, claimer.hints) == (3, 3)
+
+
+def test_a_backlog_is_claimed_slot_after_slot_without_hints(tmp_path, enqueue):
+    claimer, started = claimer_for(tmp_path, media=3)
+    jobs = [enqueue("noop", {"seconds": 0}) for _ in range(4)]
+    claimer.session.wakeup.notify("media")
+    while claimer.step():  # what the thread does: step again at once after a claim
+        pass
+    # three slots filled by three claims, each of which saw more waiting; no cheap read needed
+    assert [slot for slot, _ in started.tasks] == ["media-1", "media-2", "media-3"]
+    assert [task.more_runnable for _, task in started.tasks] == [True, True, True]
+    assert claimer.hints == 0
+    # a stage finishes and its slot comes free: the backlog is claimed at once, by a claim that sees
+    # the queue empty after it
+    session = claimer.session
+    finished = started.tasks[1][1]
+    assert repository.finish(repository.Lease.of(finished, session.uid, session.session_id)).accepted
+    claimer.slots.put_back("media", "media-2")
+    claimer.session.wakeup.freed("media")
+    assert claimer.step() is True
+    assert started.tasks[-1][1].more_runnable is False
+    assert {str(task.job_id) for _, task in started.tasks} == {str(j) for j in jobs}
+    assert claimer.hints == 0
 
 
 def test_a_notification_claims_at_once_and_a_full_worker_claims_nothing(tmp_path, enqueue):
