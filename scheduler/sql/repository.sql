@@ -88,19 +88,10 @@ SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
 
 -- name: claim_task
 -- Claim one task of the pool for a free slot of this worker session, under a fresh lease; and, in
--- the same round trip, whether anything else of the pool looked runnable for this worker (read with
--- the statement's snapshot, without locks): the claimer claims again at once while there is a
--- backlog, and asks the lock-free hint first once there is none.
-SELECT c.*,
-       CASE WHEN %(pool)s = 'media' THEN EXISTS (
-              SELECT 1 FROM job_schedule js
-               WHERE js.group_key IN (%(worker_uid)s, '') AND js.media_runnable_at <= now()
-                 AND js.job_id <> c.job_id)
-            ELSE EXISTS (
-              SELECT 1 FROM queue_tasks q
-               WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now()
-                 AND q.id <> c.id)
-       END AS more_runnable
+-- the same round trip, whether anything else of the pool looked runnable for this worker (no lock):
+-- the claimer claims again at once while there is a backlog, and asks the hint first once there is
+-- none.
+SELECT c.*, runnable_for_v1(%(worker_uid)s, %(pool)s, 0, c.job_id, c.id) AS more_runnable
   FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s) c
 
 -- name: runnable_hint
@@ -108,14 +99,8 @@ SELECT c.*,
 -- without locks). Work younger than that was announced by a notification to the worker that should
 -- claim it, so a poll leaves it alone: an idle poll that finds nothing here takes no lock, and polls
 -- landing between an enqueue and its notified claim make no extra claims.
-SELECT EXISTS (
-         SELECT 1 FROM job_schedule js
-          WHERE js.group_key IN (%(worker_uid)s, '')
-            AND js.media_runnable_at <= now() - make_interval(secs => %(grace)s)) AS media,
-       EXISTS (
-         SELECT 1 FROM queue_tasks q
-          WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait')
-            AND q.available_at <= now() - make_interval(secs => %(grace)s)) AS background
+SELECT runnable_for_v1(%(worker_uid)s, 'media', %(grace)s) AS media,
+       runnable_for_v1(%(worker_uid)s, 'background', %(grace)s) AS background
 
 -- name: session_heartbeating
 -- Whether the uid's current session is still heartbeating (a restart then fences a live process).

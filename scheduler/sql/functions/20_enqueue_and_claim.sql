@@ -157,6 +157,31 @@ $$;
 
 -- ---- Claim -----------------------------------------------------------------------------------
 
+-- Whether anything of the pool has been runnable for p_worker for at least p_grace seconds, leaving
+-- out one job (p_job) or task (p_task): the claimer's lock-free hints. One read, no lock, always on
+-- the claim indexes (whatever statistics say: a sequential scan here would read the whole queue on
+-- every idle poll, and inside a claim's transaction it would lengthen the serialized section).
+CREATE OR REPLACE FUNCTION runnable_for_v1(p_worker text, p_pool text, p_grace float,
+                                           p_job uuid DEFAULT NULL, p_task bigint DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+  SELECT CASE WHEN p_pool = 'media' THEN EXISTS (
+           SELECT 1 FROM job_schedule js
+            WHERE js.group_key IN (p_worker, '')
+              AND js.media_runnable_at <= now() - make_interval(secs => p_grace)
+              AND js.job_id IS DISTINCT FROM p_job)
+         ELSE EXISTS (
+           SELECT 1 FROM queue_tasks q
+            WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait')
+              AND q.available_at <= now() - make_interval(secs => p_grace)
+              AND q.id IS DISTINCT FROM p_task)
+         END
+$$;
+
 -- The claim: one round trip, the design's steps. At most one task per call, only for the worker's
 -- current session (JE410 otherwise) while it is active, within its free capacity (pool slots,
 -- per-category limits, VRAM), in claim order (priority, position, availability, creation, id),
