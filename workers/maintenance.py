@@ -137,6 +137,7 @@ class Maintenance(threading.Thread):
         total = 0
         while not self.stop_event.is_set():
             purged = repository.purge_history(self.worker.timing.retention_days, PURGE_BATCH)
+            release_connection()  # between batches: the heartbeat may be waiting for its turn
             total += purged
             if purged < PURGE_BATCH:
                 break
