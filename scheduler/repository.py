@@ -284,7 +284,8 @@ class ClaimedTask:
     job_type: str
     job_params: dict[str, Any]
     job_hardware: str
-    # Something else of the pool looked runnable for this worker as the claim began (a backlog).
+    # Something else of the pool had been runnable for this worker (for the claim's grace) as the
+    # claim began: a backlog.
     more_runnable: bool = False
 
 
@@ -328,13 +329,17 @@ class TaskHeartbeat:
     reason: str | None
 
 
-def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> ClaimedTask | None:
-    """Claim one task for one free slot of this session, or None. Raises SessionSuperseded."""
+def claim(
+    worker_uid: str, session_id, pool: str, lease_seconds: float, grace_seconds: float = 0.0
+) -> ClaimedTask | None:
+    """Claim one task for one free slot of this session, or None. Raises SessionSuperseded.
+    `more_runnable` says whether other work had been runnable for `grace_seconds` as it began."""
     params = {
         "worker_uid": worker_uid,
         "session_id": session_id,
         "pool": pool,
         "lease_seconds": lease_seconds,
+        "grace": grace_seconds,
     }
     rows = _call("claim_task", params)
     if not rows:

@@ -198,12 +198,16 @@ class Claimer(threading.Thread):
             self._next_poll = time.monotonic() + self.session.timing.poll * random.uniform(0.8, 1.2)
         return found
 
+    def _grace(self) -> float:
+        """How old work must be for a poll or a backlog to claim it: while notifications arrive,
+        younger work was announced to the worker that should take it; polling only, none."""
+        return HINT_GRACE_SECONDS if self.listening() else 0.0
+
     def _hint(self) -> set[str]:
         """The pools worth a claim, by a read that takes no lock (one query for both pools)."""
         self.hints += 1
         try:
-            grace = HINT_GRACE_SECONDS if self.listening() else 0.0  # polling only: take all
-            return repository.runnable_hint(self.session.uid, grace)
+            return repository.runnable_hint(self.session.uid, self._grace())
         except DB_ERRORS:
             reset_connection()
             return set(POOL_ORDER)  # let the claims meet (and report) the error
@@ -255,7 +259,9 @@ class Claimer(threading.Thread):
                 self.claiming = True
             claimed_at = time.monotonic()
             self.claims += 1
-            task = repository.claim(session.uid, session.session_id, pool, session.timing.lease)
+            task = repository.claim(
+                session.uid, session.session_id, pool, session.timing.lease, self._grace()
+            )
             return task, claimed_at
         finally:
             with self._lock:

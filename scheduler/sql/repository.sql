@@ -88,10 +88,10 @@ SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
 
 -- name: claim_task
 -- Claim one task of the pool for a free slot of this worker session, under a fresh lease; and, in
--- the same round trip, whether anything else of the pool looked runnable for this worker (no lock):
--- the claimer claims again at once while there is a backlog, and asks the hint first once there is
--- none.
-SELECT c.*, runnable_for_v1(%(worker_uid)s, %(pool)s, 0, c.job_id, c.id) AS more_runnable
+-- the same round trip, whether anything else of the pool has been runnable for this worker for
+-- grace seconds (no lock): the claimer claims again at once while there is such a backlog, and asks
+-- the hint first once there is none (younger work was announced to the worker that should take it).
+SELECT c.*, runnable_for_v1(%(worker_uid)s, %(pool)s, %(grace)s, c.job_id, c.id) AS more_runnable
   FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s) c
 
 -- name: runnable_hint

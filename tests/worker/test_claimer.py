@@ -96,6 +96,8 @@ def test_an_idle_poll_asks_the_hint_and_claims_only_when_it_says_so(tmp_path, en
 def test_a_backlog_is_claimed_slot_after_slot_without_hints(tmp_path, enqueue):
     claimer, started = claimer_for(tmp_path, media=3)
     jobs = [enqueue("noop", {"seconds": 0}) for _ in range(4)]
+    # Waiting for a second already: a backlog (younger work was announced to its own worker).
+    sql("UPDATE job_schedule SET media_runnable_at = now() - interval '1 second'")
     claimer.session.wakeup.notify("media")
     while claimer.step():  # what the thread does: step again at once after a claim
         pass
