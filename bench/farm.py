@@ -179,7 +179,7 @@ def _xacts(conn) -> int:
 def _statement_calls(conn) -> dict[str, int]:
     rows = conn.execute(
         """SELECT CASE WHEN query LIKE '%%claim_task_v1%%' THEN 'claims'
-                       WHEN query LIKE '%%runnable_for_v1%%AS background%%' THEN 'hints'
+                       WHEN query LIKE '%%runnable_pools_v1%%' THEN 'hints'
                        ELSE 'other' END, sum(calls)::bigint
              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
             WHERE d.datname = current_database()

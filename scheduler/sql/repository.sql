@@ -99,8 +99,7 @@ SELECT c.*, runnable_for_v1(%(worker_uid)s, %(pool)s, %(grace)s, c.job_id, c.id)
 -- without locks). Work younger than that was announced by a notification to the worker that should
 -- claim it, so a poll leaves it alone: an idle poll that finds nothing here takes no lock, and polls
 -- landing between an enqueue and its notified claim make no extra claims.
-SELECT runnable_for_v1(%(worker_uid)s, 'media', %(grace)s) AS media,
-       runnable_for_v1(%(worker_uid)s, 'background', %(grace)s) AS background
+SELECT * FROM runnable_pools_v1(%(worker_uid)s, %(grace)s)
 
 -- name: session_heartbeating
 -- Whether the uid's current session is still heartbeating (a restart then fences a live process).

@@ -187,6 +187,27 @@ BEGIN
 END
 $$;
 
+-- The idle poll's hint: runnable_for_v1 for both pools in one call (one function call's set-up, its
+-- SET clauses included, instead of two).
+CREATE OR REPLACE FUNCTION runnable_pools_v1(p_worker text, p_grace float)
+RETURNS TABLE (media boolean, background boolean)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+BEGIN
+  media := EXISTS (
+    SELECT 1 FROM job_schedule js
+     WHERE js.group_key IN (p_worker, '') AND js.media_runnable_at <= now() - make_interval(secs => p_grace));
+  background := EXISTS (
+    SELECT 1 FROM queue_tasks q
+     WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait')
+       AND q.available_at <= now() - make_interval(secs => p_grace));
+  RETURN NEXT;
+END
+$$;
+
 -- The claim: one round trip, the design's steps. At most one task per call, only for the worker's
 -- current session (JE410 otherwise) while it is active, within its free capacity (pool slots,
 -- per-category limits, VRAM), in claim order (priority, position, availability, creation, id),
