@@ -1,7 +1,7 @@
 """Where the database time goes while a measurement runs.
 
 `ActivitySampler` polls pg_stat_activity of the bench database (every 20 ms, in a thread) and counts
-what the connection of each media slot of the workers is doing: running on CPU, waiting for a lock
+what the shared work connection of each worker (claims, progress, finishes) is doing: running on CPU, waiting for a lock
 (the scheduler singleton, a job row), waiting for its WAL flush at commit (IO/WALSync,
 LWLock/WALWrite), or idle (the slot is in Python between round trips: after a claim that is the
 handler, after a finish it is the way back to the next claim). pg_stat_statements is not loaded on
@@ -19,9 +19,7 @@ from bench import db
 
 
 class ActivitySampler(threading.Thread):
-    def __init__(
-        self, url: str, application_like: str = "jetencode-worker % media-%", interval: float = 0.02
-    ):
+    def __init__(self, url: str, application_like: str = "jetencode-worker % work", interval: float = 0.02):
         super().__init__(name="activity-sampler", daemon=True)
         self.url = url
         self.like = application_like

@@ -26,7 +26,7 @@ import psutil
 
 from bench import db
 
-MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media", "failover", "quality")
+MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media", "failover", "quality", "farm")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
 PROFILES = {
@@ -48,6 +48,7 @@ PROFILES = {
         "quality_clip_seconds": 20,
         "quality_size": "1280x720",
         "quality_pairs": 3,
+        "farm_sizes": [25, 50, 100],
     },
     "quick": {
         "throughput_jobs": 500,
@@ -67,6 +68,7 @@ PROFILES = {
         "quality_clip_seconds": 8,
         "quality_size": "1280x720",
         "quality_pairs": 1,
+        "farm_sizes": [10, 25],
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
@@ -87,6 +89,7 @@ PROFILES = {
         "quality_clip_seconds": 2,
         "quality_size": "320x180",
         "quality_pairs": 1,
+        "farm_sizes": [2],
     },
 }
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web", "failover")
@@ -293,6 +296,7 @@ class Runner:
             ("media", self.measure_media),
             ("failover", self.measure_failover),
             ("quality", self.measure_quality),
+            ("farm", self.measure_farm),
         ):
             if name in selected:
                 self.step(name, measure)
@@ -362,6 +366,12 @@ class Runner:
         return failover.measure(
             self.url, self.workdir, repetitions=p["failover_repetitions"], cases=p["failover_cases"], log=log
         )
+
+    def measure_farm(self) -> dict:
+        from bench import farm
+
+        sizes = self.args.farm_sizes or self.profile["farm_sizes"]
+        return farm.measure(self.workdir, sizes, log=log)
 
     def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
         p = self.profile
@@ -454,6 +464,19 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
             e.get("p50_ms") is not None and e["p50_ms"] < 100,
             "ms",
         )
+    for size in _get(results, "farm", "sizes") or []:
+        n = size["workers"]
+        conns = size["connections_per_worker"]["max"]
+        add("farm-1", f"connections per worker, {n} workers", conns, "<= 3", conns <= 3)
+        cpu = size["idle"]["postgres_cpu_percent_of_one_core"]
+        if n >= 100:
+            add("farm-2", f"idle PostgreSQL CPU, {n} workers", cpu, "<= 5", cpu <= 5, "% of a core")
+        for rate in size["rates"]:
+            per = rate["claims_per_job"]
+            add("farm-3", f"claims per job, {n} workers, {rate['jobs_per_second']}/s", per, "<= 2", per <= 2)
+            if rate["jobs_per_second"] == 20:
+                p99 = rate["enqueue_to_start_ms"]["p99"]
+                add("farm-4", f"enqueue->start p99, {n} workers, 20/s", p99, "<= 250", p99 <= 250, "ms")
     ratio = _get(results, "media", "ratio_median")
     if ratio is not None:
         add("6", "media: system / direct FFmpeg", ratio, "<= 1.05", ratio <= 1.05)
@@ -586,6 +609,7 @@ def print_table(report: dict) -> None:
         + _web_and_media_rows(results)
         + failover.table_rows(results.get("failover"))
         + quality.table_rows(results.get("quality"))
+        + _farm_rows(results)
         + [
             (name, "ERROR", data["error"][:70])
             for name, data in results.items()
@@ -603,6 +627,30 @@ def print_table(report: dict) -> None:
         print(
             f"  [{mark}] ({t['id']}) {t['what']}: {value} {t['unit']} (target {t['target']} {t['unit']})".rstrip()
         )
+
+
+def _farm_rows(results: dict) -> list[tuple[str, str, str]]:
+    rows = []
+    for size in _get(results, "farm", "sizes") or []:
+        idle = size["idle"]
+        rows.append(
+            (
+                f"(farm) {size['workers']} workers x {size['slots_per_worker']}",
+                f"{size['connections_per_worker']['max']} conn/worker",
+                f"idle {idle['transactions_per_second']} xact/s, PostgreSQL CPU "
+                f"{idle['postgres_cpu_percent_of_one_core']} % of a core",
+            )
+        )
+        for rate in size["rates"]:
+            latency = rate["enqueue_to_start_ms"]
+            rows.append(
+                (
+                    f"(farm) {size['workers']} workers, {rate['jobs_per_second']} jobs/s",
+                    f"{rate['claims_per_job']} claims/job",
+                    f"enqueue->start p50 {latency['p50']} ms, p99 {latency['p99']} ms",
+                )
+            )
+    return rows
 
 
 def _pairs(results: dict):
@@ -646,6 +694,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         metavar="N",
         help="repetitions of each failover case (default 3; --quick 1)",
+    )
+    parser.add_argument(
+        "--farm-sizes",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="worker processes per farm run (default 25 50 100; --quick 10 25)",
     )
     parser.add_argument(
         "--database",

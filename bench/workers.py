@@ -1,8 +1,8 @@
 """Real worker processes for the benchmark: `manage.py runworker` subprocesses on the bench database.
 
 Each worker gets its own uid (`bench-<n>`), workspace and log file under the run's work directory.
-`start()` returns once every media slot of every worker has opened its database connection (seen in
-pg_stat_activity), so a measurement never times a worker's start-up. `stop()` sends SIGTERM (a
+`start()` returns once every worker is registered and its claimer runs, so a measurement never
+times a worker's start-up. `stop()` sends SIGTERM (a
 drain) and waits; whatever is still alive after the grace period is killed by its own process group.
 """
 
@@ -87,8 +87,8 @@ class WorkerPool:
         return self
 
     def wait_ready(self, timeout: float) -> None:
+        """Every worker registered and its claimer started (its log says "ready")."""
         deadline = time.monotonic() + timeout
-        wanted = self.processes * self.concurrency
         with db.connect(self.url) as conn:
             while True:
                 for proc, log_path in zip(self.procs, self.logs, strict=True):
@@ -96,27 +96,20 @@ class WorkerPool:
                         raise RuntimeError(
                             f"worker exited with {proc.returncode} during start-up:\n{tail(log_path)}"
                         )
-                ready = db.scalar(
-                    conn,
-                    """SELECT count(*) FROM pg_stat_activity
-                        WHERE datname = current_database() AND application_name LIKE %s
-                          AND split_part(application_name, ' ', 2) = ANY (%s)
-                          AND split_part(application_name, ' ', 3) LIKE 'media-%%'""",
-                    ["jetencode-worker %", self.uids],
-                )
+                ready = sum(" ready: session " in tail(path, 20000) for path in self.logs)
                 registered = db.scalar(
                     conn,
                     "SELECT count(*) FROM queue_workers WHERE uid = ANY (%s) AND lifecycle = 'active'",
                     [self.uids],
                 )
-                if ready >= wanted and registered == self.processes:
+                if ready >= self.processes and registered == self.processes:
                     return
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"workers not ready after {timeout:g}s ({ready}/{wanted} slot connections, "
+                        f"workers not ready after {timeout:g}s ({ready}/{self.processes} ready, "
                         f"{registered}/{self.processes} registered):\n{tail(self.logs[0])}"
                     )
-                time.sleep(0.1)
+                time.sleep(0.2)
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.poll() is None]

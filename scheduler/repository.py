@@ -284,6 +284,9 @@ class ClaimedTask:
     job_type: str
     job_params: dict[str, Any]
     job_hardware: str
+    # Something else of the pool had been runnable for this worker (for the claim's grace) as the
+    # claim began: a backlog.
+    more_runnable: bool = False
 
 
 @dataclass(frozen=True)
@@ -326,13 +329,17 @@ class TaskHeartbeat:
     reason: str | None
 
 
-def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> ClaimedTask | None:
-    """Claim one task for one free slot of this session, or None. Raises SessionSuperseded."""
+def claim(
+    worker_uid: str, session_id, pool: str, lease_seconds: float, grace_seconds: float = 0.0
+) -> ClaimedTask | None:
+    """Claim one task for one free slot of this session, or None. Raises SessionSuperseded.
+    `more_runnable` says whether other work had been runnable for `grace_seconds` as it began."""
     params = {
         "worker_uid": worker_uid,
         "session_id": session_id,
         "pool": pool,
         "lease_seconds": lease_seconds,
+        "grace": grace_seconds,
     }
     rows = _call("claim_task", params)
     if not rows:
@@ -343,6 +350,18 @@ def claim(worker_uid: str, session_id, pool: str, lease_seconds: float) -> Claim
         if isinstance(row[column], str):
             row[column] = json.loads(row[column])
     return _record(ClaimedTask, row)
+
+
+def runnable_hint(worker_uid: str, grace_seconds: float = 0.0) -> set[str]:
+    """The pools that have had something runnable for this worker for at least `grace_seconds`
+    (no lock taken): a pool left out has nothing for it that a notification did not announce."""
+    row = _call("runnable_hint", {"worker_uid": worker_uid, "grace": grace_seconds})[0]
+    return {pool for pool in ("media", "background") if row[pool]}
+
+
+def session_heartbeating(uid: str, stale_seconds: float) -> bool:
+    """Whether the uid's current session has heartbeated within stale_seconds and is not offline."""
+    return bool(_call("session_heartbeating", {"uid": uid, "stale_seconds": stale_seconds})[0]["alive"])
 
 
 def heartbeat_tasks(
@@ -448,6 +467,12 @@ def purge_history(days: int, batch: int = 500) -> int:
 def record_sample() -> bool:
     rows = _call("record_sample")
     return bool(rows and rows[0]["recorded"])
+
+
+def take_recovery_round(every_seconds: float) -> bool:
+    """This worker's turn at the recovery pass (recorded now), unless any worker started one within
+    `every_seconds`."""
+    return bool(_call("take_recovery_round", {"every": every_seconds}))
 
 
 def note_recovery_ran() -> None:

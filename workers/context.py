@@ -1,15 +1,13 @@
-"""One claimed task while it runs: `TaskRun` (the runtime's view) and `RunContext` (the handler's).
-
-`TaskRun` carries the lease and everything the other threads may learn about the attempt: the
-heartbeat renews its lease (monotonic deadline), sees cancellation or a rejected renewal, and the
-supervisor stops it when the lease is about to run out or the stage deadline passes. Whoever
-learns it calls `abort(kind)`, which kills the run's subprocess groups at once; the handler then
-gets an exception at its next context call.
+"""The handler's view of one claimed task: `RunContext` (the runtime's is `session.TaskRun`).
 
 `RunContext` implements `workers.stages.base.StageContext` on top of it. Progress and log lines
 are fenced writes through `repository.report_progress` (throttled: 5 % or 2 s), subprocesses go
 through `run()`, and children/files are only buffered here — the slot publishes them with the
 finish.
+
+Every checkpoint (progress, log, check_cancelled, and run() before it starts a subprocess) hands
+the thread's database connection back to the process's shared pool (workers/db.py): a handler's own
+ORM reads take the connection only until its next checkpoint, and never hold it while FFmpeg runs.
 """
 
 from __future__ import annotations
@@ -24,16 +22,24 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from media.paths import check_output_name
 from scheduler import repository
 from workers import processes
-from workers.db import DB_ERRORS, RateLimitedLog, reset_connection
-from workers.stages.base import ChildSpec, LeaseLost, PublishSpec, StageCancelled, StageTimeout
-
-if TYPE_CHECKING:
-    from workers.runtime import Worker
+from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection
+from workers.session import (  # noqa: F401 (re-exported: the abort kinds, TaskRun, WorkerShutdown)
+    CANCELLED,
+    LEASE_EXPIRING,
+    LEASE_LOST,
+    SHUTDOWN,
+    TAKEN_OVER,
+    TIMEOUT,
+    Session,
+    TaskRun,
+    WorkerShutdown,
+)
+from workers.stages.base import ChildSpec, LeaseLost, PublishSpec, StageTimeout
 
 log = logging.getLogger("jetencode.worker")
 
@@ -43,127 +49,6 @@ LOG_FLUSH_LINES = 200
 LOG_BUFFER_MAX = 1000
 STDOUT_KEEP_BYTES = 16 * 1024 * 1024
 STDERR_TAIL_BYTES = 64 * 1024
-
-# Why a run was stopped from outside the handler. The first reason wins, except that losing the
-# lease (or the uid) overrides everything: then no write at all may follow.
-CANCELLED = "cancelled"  # the job was cancelled: finish -> cancelled, no children
-LEASE_LOST = "lease_lost"  # a fenced write was rejected: discard, write nothing
-LEASE_EXPIRING = "lease_expiring"  # heartbeats kept failing: discard before the lease runs out
-TIMEOUT = "timeout"  # the stage's wall-clock deadline passed: fail the attempt
-SHUTDOWN = "shutdown"  # worker shutdown: hand the task back (release)
-TAKEN_OVER = "taken_over"  # a newer process registered our uid: write nothing, exit
-_OVERRIDING = (TAKEN_OVER, LEASE_LOST)
-
-
-class WorkerShutdown(StageCancelled):
-    """Raised in a handler when the worker stops it for shutdown (the task is handed back)."""
-
-
-class TaskRun:
-    def __init__(
-        self,
-        task: repository.ClaimedTask,
-        lease: repository.Lease,
-        slot: str,
-        claimed_at: float,
-        lease_seconds: float,
-        deadline_margin: float,
-    ):
-        self.task = task
-        self.lease = lease
-        self.slot = slot
-        self.claimed_at = claimed_at  # monotonic, taken before the claim was sent
-        self.lease_seconds = lease_seconds
-        self.lease_deadline = claimed_at + lease_seconds  # monotonic; moved by every renewal
-        # Stop a little before the database's deadline, so the kill and the fenced `fail` that
-        # follows still land while the attempt is ours.
-        margin = min(deadline_margin, 0.25 * task.timeout_seconds)
-        self.deadline = claimed_at + task.timeout_seconds - margin
-        self.renew = True  # heartbeats include this lease until the slot starts its final write
-        self.abort_kind: str | None = None
-        self.abort_reason = ""
-        self.cancel_seen = False
-        self.kill_grace = 1.0
-        self._groups: set[processes.ProcessGroup] = set()
-        self._lock = threading.Lock()
-        self._concluded = False
-
-    @property
-    def extra(self) -> dict[str, Any]:
-        return {
-            "job_id": str(self.task.job_id),
-            "task_id": self.task.id,
-            "slot": self.slot,
-            "worker_uid": self.lease.worker_uid,
-            "session_id": str(self.lease.session_id),
-        }
-
-    def renewed(self, sent_at: float) -> None:
-        with self._lock:
-            self.lease_deadline = max(self.lease_deadline, sent_at + self.lease_seconds)
-
-    def abort(self, kind: str, reason: str, *, kill_now: bool = False) -> bool:
-        """Record why the run must stop and kill its subprocess groups. True if this changed the kind."""
-        with self._lock:
-            changed = self.abort_kind is None or (kind in _OVERRIDING and self.abort_kind not in _OVERRIDING)
-            if changed:
-                self.abort_kind = kind
-                self.abort_reason = reason
-            if kind == CANCELLED:
-                self.cancel_seen = True
-            groups = list(self._groups)
-        if changed:
-            level = logging.INFO if kind in (CANCELLED, SHUTDOWN) else logging.WARNING
-            log.log(
-                level,
-                "task %s (%s): stopping, %s: %s",
-                self.task.id,
-                self.task.task_type,
-                kind,
-                reason,
-                extra=self.extra,
-            )
-        for group in groups:
-            if kill_now:
-                group.kill_now()
-            group.stop_async(self.kill_grace)
-        return changed
-
-    def add_group(self, group: processes.ProcessGroup) -> None:
-        with self._lock:
-            self._groups.add(group)
-            aborted = self.abort_kind is not None
-        if aborted:
-            group.stop_async(self.kill_grace)
-
-    def remove_group(self, group: processes.ProcessGroup) -> None:
-        with self._lock:
-            self._groups.discard(group)
-
-    def groups(self) -> list[processes.ProcessGroup]:
-        with self._lock:
-            return list(self._groups)
-
-    def take_conclusion(self) -> bool:
-        """Exactly one thread (the slot, or the supervisor for a handler that never returned) writes
-        the task's final outcome."""
-        with self._lock:
-            if self._concluded:
-                return False
-            self._concluded = True
-            return True
-
-    def raise_if_aborted(self) -> None:
-        kind = self.abort_kind
-        if kind is None:
-            return
-        if kind == CANCELLED:
-            raise StageCancelled("the job was cancelled")
-        if kind == SHUTDOWN:
-            raise WorkerShutdown(self.abort_reason or "the worker is shutting down")
-        if kind == TIMEOUT:
-            raise StageTimeout(self.abort_reason)
-        raise LeaseLost(self.abort_reason or kind)
 
 
 def _utc_stamp() -> str:
@@ -246,9 +131,9 @@ class _ProcessOutput:
 class RunContext:
     """The StageContext a handler receives."""
 
-    def __init__(self, worker: Worker, run: TaskRun, workspace: Path):
+    def __init__(self, session: Session, run: TaskRun, workspace: Path):
         task = run.task
-        self._worker = worker
+        self._session = session
         self._run = run
         self.task_id = task.id
         self.task_type = task.task_type
@@ -262,8 +147,8 @@ class RunContext:
         self.execution_id = task.execution_id
         self.resource_category = task.resource_category
         self.vram_mb = task.vram_mb
-        self.worker_uid = worker.uid
-        self.capabilities = worker.capabilities
+        self.worker_uid = session.uid
+        self.capabilities = session.capabilities
         self._workspace = workspace
         self.children: list[repository.Child] = []
         self.publications: list[PublishSpec] = []
@@ -287,7 +172,9 @@ class RunContext:
         if self._job_resources is None:
             from scheduler.models import Job
 
-            row = Job.objects.filter(id=self.job_id).values_list("resource_category", "vram_mb").first()
+            rows = Job.objects.filter(id=self.job_id).values_list("resource_category", "vram_mb")
+            row = rows.first()
+            release_connection()
             self._job_resources = tuple(row) if row else (None, None)
         return self._job_resources
 
@@ -325,6 +212,7 @@ class RunContext:
         self._maybe_flush()
 
     def check_cancelled(self) -> None:
+        release_connection()  # a checkpoint: whatever the handler read, the connection goes back
         self._run.raise_if_aborted()
         self._maybe_flush()
 
@@ -346,12 +234,17 @@ class RunContext:
             self._flush(*(pending if pending else (None, None)))
 
     def _flush(self, percent: float | None, detail: dict | None) -> None:
+        if self._run.abort_kind in (LEASE_LOST, TAKEN_OVER, LEASE_EXPIRING):
+            return  # the attempt is being given up: nothing more is written under its lease
         lines, self._lines = self._lines, []
         self._last_flush = time.monotonic()
         try:
-            beat = repository.report_progress(self._run.lease, percent, detail, lines)
+            try:
+                beat = repository.report_progress(self._run.lease, percent, detail, lines)
+            finally:
+                release_connection()
         except repository.SessionSuperseded:
-            self._worker.on_taken_over()
+            self._session.on_taken_over()
             self._run.abort(TAKEN_OVER, "uid taken over")
             raise LeaseLost("uid taken over by a newer session") from None
         except DB_ERRORS as exc:
@@ -420,7 +313,7 @@ class RunContext:
         group already killed) when the runtime stopped the stage, or StageTimeout when stdout was
         silent for `stall_seconds`.
         """
-        self.check_cancelled()
+        self.check_cancelled()  # hands the connection back: none is held while the process runs
         run = self._run
         self._stop_past_deadline(time.monotonic())
         group = processes.start(argv, cwd=cwd or self.workspace)

@@ -1,27 +1,42 @@
-"""Database plumbing for worker threads.
+"""Database plumbing for the worker process: three connections whatever the slot count.
 
-Django connections are thread-local: every worker thread (each slot, the heartbeat, maintenance,
-the supervising main thread) has its own. `name_thread_connection()` gives the calling thread's
-connection an `application_name` (`jetencode-worker <uid> <role>`, visible in pg_stat_activity)
-and optional session settings; they are applied again on every reconnect through Django's
-`connection_created` signal.
+| connection                      | Django alias      | used by                                            |
+|---------------------------------|-------------------|----------------------------------------------------|
+| `jetencode-worker <uid> work`   | default (pool: 1) | the claimer, every slot's progress and final write, |
+|                                 |                   | handlers' own ORM reads, the main thread           |
+| `jetencode-worker <uid> heartbeat` | jetencode_keeper (pool: 1) | heartbeats and maintenance             |
+| `jetencode-worker <uid> listen` | (raw psycopg)     | LISTEN (workers/wakeup.py), optional               |
+
+`use_worker_connections()` gives each of the two Django aliases a pool of exactly one connection
+(`OneConnection`, through Django 5.1+'s pooled path, `OPTIONS["pool"]`). The threads sharing a pool take turns on its
+connection: a thread holds it from its first query until it calls `release_connection()`, which the
+runtime does after every unit of work (a claim, a progress write, a final write) and the handler
+context does at each of its checkpoints — before a subprocess starts above all, so no connection is
+held while FFmpeg runs. A transaction therefore never mixes two threads' statements.
+
+Nothing here keeps session state on the server: the name goes in the startup packet
+(`application_name`), timeouts are `SET LOCAL` inside the heartbeat's transaction, and server-side
+prepared statements are used only on a direct connection (`prepared_statements_allowed`), so
+everything but LISTEN runs through PgBouncer in transaction mode.
 
 A lost connection (PostgreSQL restarted, `pg_terminate_backend`, network) surfaces as
 `OperationalError`/`InterfaceError`. Callers catch `DB_ERRORS`, call `reset_connection()` and try
-again after a `Backoff` pause; Django opens a fresh connection on the next query.
+again after a `Backoff` pause; the next turn on the connection reconnects.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
+import os
 import random
 import threading
 import time
 
 import psycopg
-from django.db import close_old_connections, connection, connections
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connection, connections
 from django.db import utils as db_utils
-from django.db.backends.signals import connection_created
 
 log = logging.getLogger("jetencode.worker")
 
@@ -32,28 +47,16 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.InterfaceError,
 )
 
-_local = threading.local()
-_hooked = False
-_hook_lock = threading.Lock()
+KEEPER_ALIAS = "jetencode_keeper"
+POOL_WAIT_SECONDS = 30.0
 
 
-def _apply_session_settings(sender, connection, **kwargs) -> None:  # noqa: ARG001 (signal signature)
-    name = getattr(_local, "name", None)
-    if not name:
-        return
-    settings = getattr(_local, "settings", {}) or {}
-    pairs = [("application_name", name[:63]), *settings.items()]
-    sql = "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in pairs)
-    params = [value for pair in pairs for value in pair]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
-def harden_connection_options(lease_seconds: float) -> None:
+def harden_connection_options(lease_seconds: float, options: dict | None = None) -> dict:
     """Make a dead database visible as an error instead of a hang (call before threads connect):
     a connect timeout, TCP keepalives for idle connections and a TCP user timeout for requests in
     flight, shorter than the lease so a stuck heartbeat cannot outlive it. Explicit OPTIONS win."""
-    options = connections.settings["default"].setdefault("OPTIONS", {})
+    if options is None:
+        options = connections.settings[DEFAULT_DB_ALIAS].setdefault("OPTIONS", {})
     for key, value in (
         ("connect_timeout", 10),
         ("keepalives", 1),
@@ -63,21 +66,203 @@ def harden_connection_options(lease_seconds: float) -> None:
         ("tcp_user_timeout", max(1000, int(lease_seconds * 1000 / 2))),
     ):
         options.setdefault(key, value)
+    return options
 
 
-def name_thread_connection(name: str, **session_settings: str) -> None:
-    """Name this thread's connection (and set e.g. lock_timeout='1s') now and after every reconnect."""
-    global _hooked
-    with _hook_lock:
-        if not _hooked:
-            connection_created.connect(
-                _apply_session_settings, dispatch_uid="jetencode-worker-connection-name"
-            )
-            _hooked = True
-    _local.name = name
-    _local.settings = dict(session_settings)
-    # A connection opened before the name was set (or by another role of this thread): start over.
-    reset_connection()
+class OneConnection:
+    """A pool of exactly one connection in the shape Django's pooling calls (`open`, `getconn`,
+    `putconn`, `close`): threads take turns on it. Unlike psycopg_pool, nothing reconnects in the
+    background: the thread whose turn finds the connection missing or broken connects itself,
+    so a dead database reaches the caller as an error at once and the caller's own `Backoff` decides
+    when to try again (as with one connection per thread before)."""
+
+    def __init__(self, alias: str, wait: float = POOL_WAIT_SECONDS):
+        wrapper = connections.create_connection(alias)
+        self.alias = alias
+        self.kwargs = wrapper.get_connection_params() | {"autocommit": True}
+        self.kwargs.pop("pool", None)
+        self._configure = wrapper._configure_connection
+        self.wait = wait
+        self._cond = threading.Condition()
+        self._taken = False
+        self._conn: psycopg.Connection | None = None
+        self.connects = 0
+
+    def open(self, *args, **kwargs) -> None:
+        pass
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection:
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._taken, self.wait if timeout is None else timeout):
+                raise psycopg.OperationalError(
+                    f"no turn on the {self.alias} connection within {self.wait:g}s (another thread holds it)"
+                )
+            self._taken = True
+        try:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                self._conn = None
+                conn = psycopg.Connection.connect(**self.kwargs)
+                self.connects += 1
+                if self._configure(conn) and not conn.autocommit:
+                    conn.commit()
+                conn._pool = self
+                self._conn = conn
+            return conn
+        except BaseException:
+            self._give_turn()
+            raise
+
+    def putconn(self, conn: psycopg.Connection) -> None:
+        try:
+            if conn is self._conn and not conn.closed and not conn.broken:
+                status = conn.info.transaction_status
+                if status != psycopg.pq.TransactionStatus.IDLE:
+                    try:
+                        conn.rollback()  # a unit of work left a transaction open: never pass it on
+                    except psycopg.Error:
+                        conn.close()
+            elif conn is not self._conn:
+                conn.close()
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                self._conn = None
+        finally:
+            self._give_turn()
+
+    def _give_turn(self) -> None:
+        with self._cond:
+            self._taken = False
+            self._cond.notify()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def use_worker_connections(uid: str, lease_seconds: float) -> None:
+    """Configure this process's database access as the table above says. Call once, from the main
+    thread, before any worker thread connects."""
+    connections.close_all()
+    base = connections.settings[DEFAULT_DB_ALIAS]
+    base["CONN_MAX_AGE"] = 0  # pooled: "closing" hands the connection back to the pool
+    base["CONN_HEALTH_CHECKS"] = False  # the worker reconnects on any error; no SELECT 1 per unit
+    options = harden_connection_options(lease_seconds, base.setdefault("OPTIONS", {}))
+    if not prepared_statements_allowed(base):
+        options.pop("server_side_binding", None)
+        options["prepare_threshold"] = None
+    keeper = copy.deepcopy(base)
+    options["application_name"] = f"jetencode-worker {uid} work"[:63]
+    options["pool"] = True  # Django's pooled path: it asks OneConnection for its connection
+    keeper["OPTIONS"]["application_name"] = f"jetencode-worker {uid} heartbeat"[:63]
+    keeper["OPTIONS"]["pool"] = True
+    connections.settings[KEEPER_ALIAS] = keeper
+    for alias in (DEFAULT_DB_ALIAS, KEEPER_ALIAS):
+        wrapper = connections.create_connection(alias)
+        # Django keeps one pool per alias here and uses it when present (it would build a
+        # psycopg_pool.ConnectionPool otherwise).
+        type(wrapper)._connection_pools[alias] = OneConnection(alias)
+
+
+def use_keeper_connection() -> None:
+    """From now on this thread's default connection is the heartbeat/maintenance pool's."""
+    if KEEPER_ALIAS in connections.settings:
+        connections[DEFAULT_DB_ALIAS] = connections.create_connection(KEEPER_ALIAS)
+
+
+PREPARED_ENV = "JETENCODE_PREPARED_STATEMENTS"
+
+
+def prepared_statements_allowed(settings_dict: dict) -> bool:
+    """Server-side prepared statements survive only on a connection that is the same server session
+    from one transaction to the next. JETENCODE_PREPARED_STATEMENTS=true/false decides; unset, they
+    are used only when the server says it is the one we dialled (`inet_server_port()` equals the
+    port in the settings): through PgBouncer (before 1.21, or without max_prepared_statements) or
+    any other proxy the ports differ and the worker does without."""
+    explicit = os.environ.get(PREPARED_ENV, "").strip().lower()
+    if explicit in ("1", "true", "yes", "on"):
+        return True
+    if explicit in ("0", "false", "no", "off"):
+        return False
+    return not behind_a_proxy(settings_dict)
+
+
+def behind_a_proxy(settings_dict: dict) -> bool:
+    """True when the server's own port differs from the one we connect to (PgBouncer, a TCP proxy)."""
+    params = connection_params("jetencode-worker probe", settings_dict)
+    wanted = int(params.get("port") or 5432)
+    try:
+        with psycopg.connect(**params) as conn:
+            port = conn.execute("SELECT inet_server_port()").fetchone()[0]
+    except psycopg.Error:
+        return True  # unknown: the safe answer
+    return port is not None and int(port) != wanted
+
+
+def connection_params(application_name: str, settings_dict: dict | None = None) -> dict:
+    """psycopg.connect() keyword arguments (autocommit) for the configured database, from Django's
+    settings, or for JETENCODE_LISTEN_DATABASE_URL with `listen=True`."""
+    settings = settings_dict if settings_dict is not None else connections.settings[DEFAULT_DB_ALIAS]
+    params: dict = {}
+    options = dict(settings.get("OPTIONS") or {})
+    for django_only in (
+        "isolation_level",
+        "assume_role",
+        "server_side_binding",
+        "pool",
+        "cursor_factory",
+        "prepare_threshold",
+        "context",
+    ):
+        options.pop(django_only, None)
+    params.update(options)
+    params["dbname"] = settings.get("NAME") or "postgres"
+    for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"), ("PORT", "port")):
+        if settings.get(key):
+            params[name] = settings[key]
+    return _direct(params, application_name)
+
+
+def listen_params(application_name: str) -> dict:
+    """Where the LISTEN connection goes: JETENCODE_LISTEN_DATABASE_URL, else the database itself."""
+    url = os.environ.get(LISTEN_URL_ENV, "").strip()
+    if url:
+        return _direct(dict(psycopg.conninfo.conninfo_to_dict(url)), application_name)
+    return connection_params(application_name)
+
+
+def _direct(params: dict, application_name: str) -> dict:
+    params["application_name"] = application_name[:63]
+    params.setdefault("connect_timeout", 10)
+    # Notice a dead peer even when no notification is due.
+    params.setdefault("keepalives", 1)
+    params.setdefault("keepalives_idle", 10)
+    params.setdefault("keepalives_interval", 5)
+    params.setdefault("keepalives_count", 3)
+    params["autocommit"] = True
+    return params
+
+
+LISTEN_URL_ENV = "JETENCODE_LISTEN_DATABASE_URL"
+
+
+def release_connection() -> None:
+    """Hand this thread's connection back (to its pool) between units of work. Never raises."""
+    if connection.in_atomic_block:
+        return
+    try:
+        connection.close()
+    except Exception:
+        connection.connection = None
+
+
+@contextlib.contextmanager
+def released():
+    """Run a unit of work on this thread's connection and hand the connection back afterwards."""
+    try:
+        yield
+    finally:
+        release_connection()
 
 
 def reset_connection() -> None:
@@ -94,6 +279,14 @@ def refresh_connection() -> None:
         close_old_connections()
     except Exception:
         reset_connection()
+
+
+def local_timeouts(**settings: str) -> None:
+    """SET LOCAL the given settings (e.g. lock_timeout='800ms') for the current transaction."""
+    pairs = list(settings.items())
+    sql = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in pairs)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for pair in pairs for value in pair])
 
 
 class Backoff:

@@ -1,6 +1,7 @@
-"""The heartbeat thread: one beat every HEARTBEAT_SECONDS on a connection of its own.
+"""The heartbeat thread: one beat every HEARTBEAT_SECONDS on the connection it shares with
+maintenance only (workers/db.py: never the one claims and finishes wait for).
 
-A beat renews the leases of all of this session's running tasks in one statement
+A beat is one transaction (SET LOCAL lock and statement timeouts, no session state). It renews the leases of all of this session's running tasks in one statement
 (`repository.heartbeat_tasks`, still fenced per task) and then refreshes the worker row with a
 psutil sample (`repository.worker_heartbeat`). Task leases go first: they are what a slow beat
 would cost. For each task the answer is one of
@@ -17,32 +18,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+
+from django.db import transaction
 
 from scheduler import repository
 from workers import capabilities
-from workers.context import CANCELLED, LEASE_LOST, TAKEN_OVER
 from workers.db import (
     DB_ERRORS,
     Backoff,
     RateLimitedLog,
-    name_thread_connection,
-    refresh_connection,
+    local_timeouts,
+    release_connection,
     reset_connection,
+    use_keeper_connection,
 )
-
-if TYPE_CHECKING:
-    from workers.context import TaskRun
-    from workers.runtime import Worker
+from workers.session import CANCELLED, LEASE_LOST, TAKEN_OVER, Session, TaskRun
 
 log = logging.getLogger("jetencode.worker")
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, worker: Worker):
+    def __init__(self, session: Session):
         super().__init__(name="heartbeat", daemon=True)
-        self.worker = worker
-        self.interval = worker.timing.heartbeat
+        self.session = session
+        self.interval = session.timing.heartbeat
         self.stop_event = threading.Event()
         # Held while a beat is in flight. A slot takes it to remove its lease from future beats
         # before its final write, so a renewal never races the finish (which would only produce a
@@ -56,12 +55,7 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         # A lock wait longer than a beat (our own slow finish holds the worker row) must not stall
         # the renewal of every other lease: give up and try again at the next beat.
-        lock_ms = max(200, int(self.interval * 1000 * 0.8))
-        name_thread_connection(
-            f"jetencode-worker {self.worker.uid} heartbeat",
-            lock_timeout=f"{lock_ms}ms",
-            statement_timeout=f"{max(1000, int(self.worker.timing.lease * 500))}ms",
-        )
+        use_keeper_connection()
         backoff = Backoff(0.1, max(0.2, self.interval))
         next_beat = time.monotonic()
         while not self.stop_event.is_set():
@@ -95,32 +89,47 @@ class Heartbeat(threading.Thread):
                 self.lock.release()
 
     def beat(self) -> bool:
-        worker = self.worker
-        refresh_connection()
-        sample = capabilities.system_sample(worker.workspace_root, worker.runs.count())
+        session = self.session
+        sample = capabilities.system_sample(session.workspace_root, session.runs.count())
         with self.lock:
             if not self.enabled:
                 return True
-            runs = [run for run in worker.runs.snapshot() if run.renew]
+            runs = [run for run in session.runs.snapshot() if run.renew]
             sent_at = time.monotonic()
             try:
-                if runs:
-                    answers = repository.heartbeat_tasks(
-                        worker.uid, worker.session_id, [run.lease for run in runs], worker.timing.lease
-                    )
-                    self._apply(runs, answers, sent_at)
-                self.lifecycle = repository.worker_heartbeat(worker.uid, worker.session_id, sample)
+                answers = self._send(runs, sample)
+                self._apply(runs, answers, sent_at)
             except repository.SessionSuperseded:
                 for run in runs:
                     run.abort(TAKEN_OVER, "uid taken over by a newer session")
-                worker.on_taken_over()
+                session.on_taken_over()
                 return True
             except DB_ERRORS as exc:
                 reset_connection()
-                self._trouble.warning("heartbeat failed (%s); retrying", _short(exc), extra=worker.log_extra)
+                self._trouble.warning("heartbeat failed (%s); retrying", _short(exc), extra=session.log_extra)
                 return False
+            finally:
+                release_connection()
         self.last_ok = sent_at
         return True
+
+    def _send(self, runs: list[TaskRun], sample: dict) -> list[repository.TaskHeartbeat]:
+        """One transaction: the leases first (they are what a slow beat would cost), then the worker
+        row. A lock wait longer than most of a beat (our own slow finish holds the worker row) gives
+        up, and the next beat tries again."""
+        session = self.session
+        answers: list[repository.TaskHeartbeat] = []
+        with transaction.atomic():
+            local_timeouts(
+                lock_timeout=f"{max(200, int(self.interval * 1000 * 0.8))}ms",
+                statement_timeout=f"{max(1000, int(session.timing.lease * 500))}ms",
+            )
+            if runs:
+                answers = repository.heartbeat_tasks(
+                    session.uid, session.session_id, [run.lease for run in runs], session.timing.lease
+                )
+            self.lifecycle = repository.worker_heartbeat(session.uid, session.session_id, sample)
+        return answers
 
     @staticmethod
     def _apply(runs: list[TaskRun], answers: list[repository.TaskHeartbeat], sent_at: float) -> None:

@@ -1,13 +1,13 @@
 """Timed maintenance inside every worker (DECISIONS 9): not queued tasks, which could get stuck.
 
-Every RECOVERY_INTERVAL_SECONDS (with a little jitter):
+Every RECOVERY_INTERVAL_SECONDS (with a little jitter), unless another worker made a pass in the
+last half interval (`take_recovery_round`, which also records when the pass ran for /metrics):
 - `recover_expired` until it returns less than a full batch: leases nobody renewed go to
   retry_wait (attempt counted) or failed;
 - `mark_stale_workers(STALE_WORKER_SECONDS)`: silent workers are reported offline;
 - `release_jobs(LEASE_SECONDS, REASSIGN_AFTER_SECONDS)`: jobs pinned to a draining worker, or to a
   lost one (silent for a lease) that holds nothing of value for them, move on at once; jobs with
   local work on a lost worker move once it has been silent for REASSIGN_AFTER_SECONDS;
-- `note_recovery_ran`.
 Stale marking and reassignment are skipped while this worker's own heartbeat is not fresh (it was
 stopped or cut off): then it is the stale one, and its view of the others is not to be trusted.
 Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), hourly
@@ -22,14 +22,11 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from scheduler import repository
 from workers import workspaces
-from workers.db import DB_ERRORS, RateLimitedLog, name_thread_connection, refresh_connection, reset_connection
-
-if TYPE_CHECKING:
-    from workers.runtime import Worker
+from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection, use_keeper_connection
 
 log = logging.getLogger("jetencode.worker")
 
@@ -40,22 +37,25 @@ SWEEP_EVERY = 300.0
 
 
 class Maintenance(threading.Thread):
-    def __init__(self, worker: Worker):
+    def __init__(self, session, heartbeat_ok: Callable[[], float | None] = lambda: None):
+        """`session`: what it needs of workers.session.Session (uid, timing, workspace_root,
+        log_extra, on_taken_over); `heartbeat_ok`: the monotonic time of this worker's last
+        accepted heartbeat (None: none yet)."""
         super().__init__(name="maintenance", daemon=True)
-        self.worker = worker
+        self.worker = session
+        self.heartbeat_ok = heartbeat_ok
         self.stop_event = threading.Event()
         self.rounds = 0
         self._trouble = RateLimitedLog(60)
 
     def run(self) -> None:
         timing = self.worker.timing
-        name_thread_connection(f"jetencode-worker {self.worker.uid} maintenance")
+        use_keeper_connection()  # shared with the heartbeat: taken for one step at a time
         now = time.monotonic()
         next_sample = now + random.uniform(0, min(timing.sample_interval, 5.0))
         next_purge = now + random.uniform(30.0, 90.0)  # not every worker at the same second after a deploy
         next_sweep = now + random.uniform(10.0, 60.0)
         while not self.stop_event.is_set():
-            refresh_connection()
             self._step("recovery", self.recover)
             now = time.monotonic()
             if now >= next_sample:
@@ -85,12 +85,20 @@ class Maintenance(threading.Thread):
             )
         except Exception:
             log.exception("maintenance (%s) failed", what)
+        finally:
+            release_connection()
         return False
 
     def recover(self) -> None:
         timing = self.worker.timing
+        # One pass per half interval across the whole farm, not one per worker: a worker whose turn
+        # finds a pass just made (by anyone) skips its own. A single read-and-set of one row, so a
+        # farm of idle workers costs one statement each per round instead of four.
+        if not repository.take_recovery_round(timing.recovery_interval / 2):
+            return
         while not self.stop_event.is_set():
             rows = repository.recover_expired(RECOVER_BATCH)
+            release_connection()  # the heartbeat may have been waiting for its turn
             for task_id, outcome in rows:
                 log.info(
                     "recovered task %s (lease expired or deadline passed) -> %s",
@@ -100,7 +108,6 @@ class Maintenance(threading.Thread):
                 )
             if len(rows) < RECOVER_BATCH:
                 break
-        repository.note_recovery_ran()
         if not self._own_heartbeat_fresh():
             # Just resumed from a stop, or cut off from the database: this worker is the stale one.
             # Recovering expired leases is safe (the database's clock decides); judging others is not.
@@ -123,13 +130,14 @@ class Maintenance(threading.Thread):
             )
 
     def _own_heartbeat_fresh(self) -> bool:
-        last = self.worker.heartbeat.last_ok
+        last = self.heartbeat_ok()
         return last is not None and time.monotonic() - last < self.worker.timing.stale_worker / 2
 
     def purge(self) -> None:
         total = 0
         while not self.stop_event.is_set():
             purged = repository.purge_history(self.worker.timing.retention_days, PURGE_BATCH)
+            release_connection()  # between batches: the heartbeat may be waiting for its turn
             total += purged
             if purged < PURGE_BATCH:
                 break

@@ -1,17 +1,19 @@
-"""The worker process: slots that claim and run stages, and the threads that keep them honest.
+"""The worker process: who starts what, and the main thread's supervision.
 
-Threads (each with its own database connection, named `jetencode-worker <uid> <role>`):
-- one per media slot plus one background slot: claim one task -> run its handler -> fenced final
-  write -> claim again. No prefetch: a slot claims only when it is free. Idle slots wait on
-  `Wakeup` (LISTEN notifications) for at most POLL_SECONDS;
-- heartbeat (workers/heartbeat.py): renews leases, sees cancellation and lost leases;
-- listen (workers/wakeup.py): LISTEN jetencode_queue_tasks on a raw psycopg connection;
-- maintenance (workers/maintenance.py): recovery, stale workers, reassignment, samples, retention;
-- main: registers the session, handles signals and supervises: it stops a run whose lease is
-  about to expire without a renewal or whose deadline passed, drains on SIGTERM or SIGINT, aborts
-  on a second one, and exits when a newer process takes the uid over.
+Threads and connections (workers/db.py; at most three connections whatever the slot count):
 
-How a run ends (finish / fail / release / nothing) is workers/outcome.py. See docs/worker.md.
+    main ─────────┐  register, supervise, drain / abort, lifecycle     ┐
+    claimer ──────┤  one claim per free slot (workers/slots.py)        ├─ work (one shared connection)
+    slot threads ─┘  handler, progress, fenced final write             ┘
+    heartbeat ────┐  lease renewals, worker row                        ┐
+    maintenance ──┘  recovery, stale workers, samples, retention       ┘─ heartbeat (shared)
+    listen ──────────  LISTEN jetencode_queue_tasks (optional)          ── listen
+
+The main thread registers the session, starts the others and supervises: it stops a run whose
+lease is about to expire without a renewal or whose deadline passed (killing its subprocesses and
+freeing its slot even if the handler ignores the stop), drains on SIGTERM or SIGINT, aborts on a
+second one, and exits when a newer process takes the uid over. One stage from claim to fenced
+finish is workers/slots.py. See docs/worker.md.
 """
 
 from __future__ import annotations
@@ -26,41 +28,31 @@ import socket
 import sys
 import threading
 import time
-import traceback
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
 from scheduler import repository
 from workers import processes
 from workers.config import Timing, WorkerOptions
-from workers.context import (
-    LEASE_EXPIRING,
-    SHUTDOWN,
-    TAKEN_OVER,
-    TIMEOUT,
-    RunContext,
-    TaskRun,
-)
 from workers.db import (
     DB_ERRORS,
     Backoff,
     RateLimitedLog,
-    harden_connection_options,
-    name_thread_connection,
-    refresh_connection,
+    listen_params,
+    release_connection,
+    released,
     reset_connection,
+    use_worker_connections,
 )
 from workers.heartbeat import Heartbeat
 from workers.maintenance import Maintenance
-from workers.outcome import Outcome
-from workers.stages.base import HANDLERS, PermanentFailure
-from workers.wakeup import Listener, Wakeup
+from workers.session import LEASE_EXPIRING, SHUTDOWN, TIMEOUT, Session
+from workers.slots import Claimer, Slots, StageRunner
+from workers.stages.base import HANDLERS
+from workers.wakeup import Listener
 
 log = logging.getLogger("jetencode.worker")
 
@@ -123,40 +115,6 @@ def _output_location() -> str:
     return str(settings.OUTPUT_ROOT_DIR)
 
 
-class RunRegistry:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runs: dict[int, TaskRun] = {}
-
-    def add(self, run: TaskRun) -> None:
-        with self._lock:
-            self._runs[run.task.id] = run
-
-    def remove(self, run: TaskRun) -> None:
-        with self._lock:
-            if self._runs.get(run.task.id) is run:
-                del self._runs[run.task.id]
-
-    def snapshot(self) -> list[TaskRun]:
-        with self._lock:
-            return list(self._runs.values())
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self._runs)
-
-
-@dataclass
-class Slot:
-    name: str
-    pool: str
-    thread: threading.Thread | None = None
-    claiming: bool = False
-    pg_conn: Any = None
-    runs_done: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 class Worker:
     def __init__(
         self,
@@ -168,49 +126,44 @@ class Worker:
         stderr: Callable[[str], None] | None = None,
     ):
         self.options = options
-        self.timing = timing
-        self.uid = options.uid
-        self.session_id = uuid.uuid4()
-        self.capabilities = capabilities
-        self.workspace_root = options.workspace
+        self.session = Session(options.uid, timing, capabilities, options.workspace)
         self.hostname = hostname or socket.gethostname()
-        self.log_extra = {"worker_uid": self.uid, "session_id": str(self.session_id)}
         self._stderr = stderr or (lambda text: print(text, file=sys.stderr, flush=True))
-        # Kill grace: SIGTERM, then SIGKILL. Short enough that a cancel ends within two beats.
-        self.kill_grace = max(0.2, min(2.0, timing.heartbeat / 2))
-
-        self.runs = RunRegistry()
-        self.wakeup = Wakeup()
-        self.stop_claiming = threading.Event()
-        self.taken_over = threading.Event()
         self.phase = "starting"  # starting | running | draining | stopping
         self.grace_deadline: float | None = None
         self._drain_requested = False
         self._drain_signal = signal.SIGTERM
         self._abort_signal: int | None = None
-        self._main_wake = threading.Event()
-        self._claim_trouble = RateLimitedLog(30)
 
-        self.heartbeat = Heartbeat(self)
-        self.outcome = Outcome(self)
-        self.maintenance = Maintenance(self)
-        self.listener = (
-            Listener(self.wakeup, threading.Event(), f"jetencode-worker {self.uid} listen")
-            if timing.notify
-            else None
-        )
-        self.slots = [Slot(f"media-{i + 1}", "media") for i in range(options.concurrency)]
-        self.slots += [
-            Slot("background" if options.background_slots == 1 else f"background-{i + 1}", "background")
-            for i in range(options.background_slots)
-        ]
+        self.heartbeat = Heartbeat(self.session)
+        self.maintenance = Maintenance(self.session, lambda: self.heartbeat.last_ok)
+        self.slots = Slots(options.concurrency, options.background_slots)
+        self.outcome = StageRunner(self.session, self.slots, self.heartbeat.stop_renewing)
+        self.listener: Listener | None = None
+        self.claimer = Claimer(self.session, self.slots, self.outcome, self._listening)
+
+    # What the handler context and the tests read of the session.
+    uid = property(lambda self: self.session.uid)
+    session_id = property(lambda self: self.session.session_id)
+    timing = property(lambda self: self.session.timing)
+    capabilities = property(lambda self: self.session.capabilities)
+    workspace_root = property(lambda self: self.session.workspace_root)
+    runs = property(lambda self: self.session.runs)
+    kill_grace = property(lambda self: self.session.kill_grace)
+    log_extra = property(lambda self: self.session.log_extra)
+    taken_over = property(lambda self: self.session.taken_over)
+
+    def on_taken_over(self) -> None:
+        self.session.on_taken_over()
+
+    def _listening(self) -> bool:
+        return self.listener is not None and self.listener.state == "listening"
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def run(self) -> int:
         """Register, start the threads and supervise until shutdown. Returns the exit status."""
-        harden_connection_options(self.timing.lease)
-        name_thread_connection(f"jetencode-worker {self.uid} main")
+        use_worker_connections(self.uid, self.timing.lease)
         self._install_signals()
         try:
             if not self._register():  # a signal came before the database answered: nothing to drain
@@ -218,13 +171,15 @@ class Worker:
             self.phase = "running"
             self.heartbeat.start()
             self.maintenance.start()
-            if self.listener is not None:
-                self.listener.start()
-            for slot in self.slots:
-                slot.thread = threading.Thread(
-                    target=self._slot_loop, args=(slot,), name=f"slot-{slot.name}", daemon=True
+            if self.timing.notify:
+                self.listener = Listener(
+                    self.session.wakeup,
+                    threading.Event(),
+                    listen_params(f"jetencode-worker {self.uid} listen"),
+                    uid=self.uid,
                 )
-                slot.thread.start()
+                self.listener.start()
+            self.claimer.start()
             log.info(
                 "worker %s ready: session %s, %d media slot(s) + %d background",
                 self.uid,
@@ -257,20 +212,27 @@ class Worker:
         trouble = RateLimitedLog(30)
         while self._abort_signal is None and not self._drain_requested:
             try:
+                alive = repository.session_heartbeating(self.uid, self.timing.stale_worker)
                 previous = repository.register_worker(registration)
             except DB_ERRORS as exc:
                 reset_connection()
                 trouble.warning(
                     "cannot register with the database (%s); retrying", _first_line(exc), extra=self.log_extra
                 )
-                backoff.sleep(self._main_wake)
-                self._main_wake.clear()
+                backoff.sleep(self.session.attention)
+                self.session.attention.clear()
                 continue
+            finally:
+                release_connection()
             if previous and previous != self.session_id:
-                log.warning(
-                    "uid %s was registered by session %s: that process is fenced out now",
+                # A normal restart (the previous process drained, or died long ago) is routine; a
+                # session that was still heartbeating is another live process with our uid.
+                log.log(
+                    logging.WARNING if alive else logging.INFO,
+                    "uid %s was registered by session %s%s: that process is fenced out now",
                     self.uid,
                     previous,
+                    " (still heartbeating)" if alive else "",
                     extra=self.log_extra,
                 )
             return True
@@ -289,23 +251,12 @@ class Worker:
         else:
             self._drain_requested = True
             self._drain_signal = signum
-        self._main_wake.set()
+        self.session.attention.set()
 
     def request_drain(self) -> None:
         """What SIGTERM does (for embedding, e.g. the `run` command)."""
         self._drain_requested = True
-        self._main_wake.set()
-
-    def on_taken_over(self) -> None:
-        """Any thread that meets SessionSuperseded calls this: stop everything, write nothing."""
-        if self.taken_over.is_set():
-            return
-        self.taken_over.set()
-        self.stop_claiming.set()
-        for run in self.runs.snapshot():
-            run.abort(TAKEN_OVER, "uid taken over by a newer session", kill_now=True)
-        self.wakeup.wake_all()
-        self._main_wake.set()
+        self.session.attention.set()
 
     # ---- supervision (main thread) -----------------------------------------------------------
 
@@ -319,29 +270,63 @@ class Worker:
                 self._begin_drain()
                 continue
             if self.phase == "draining":
-                if not any(slot.thread.is_alive() for slot in self.slots):
+                if not self.slots.busy() and not self.claimer.claiming:
                     log.info("drained: every running stage finished", extra=self.log_extra)
                     return self._finish(EXIT_OK)
                 if time.monotonic() >= self.grace_deadline:
                     self._stop_remaining()
                     return self._finish(EXIT_OK)
             self._watch_runs()
-            self._main_wake.wait(0.1)
-            self._main_wake.clear()
+            # Deadlines and leases are watched ten times a second while stages run; an idle worker
+            # only waits for a signal or a takeover (both set `attention`), once a second.
+            self.session.attention.wait(0.1 if self.runs.count() or self.phase != "running" else 1.0)
+            self.session.attention.clear()
 
     def _watch_runs(self) -> None:
         """Stop work the database may already have given away: a lease not renewed for almost its
-        whole length (heartbeats failing), or a stage past its wall-clock deadline."""
+        whole length (heartbeats failing), or a stage past its wall-clock deadline. A handler that
+        does not stop within the kill grace is abandoned: its final write is made from here."""
         now = time.monotonic()
         margin = self.timing.heartbeat
         for run in self.runs.snapshot():
-            if run.abort_kind is not None or not run.renew:
+            if run.abort_kind is not None:
+                # Its subprocesses were killed at the abort; a handler at a checkpoint has raised
+                # StageTimeout within a fraction of a second. One that has not by now ignores its
+                # context: give up on the thread (the deadline margin leaves room for the fail).
+                if run.abort_kind == TIMEOUT and run.aborted_at is not None:
+                    if now - run.aborted_at > max(0.5, self.kill_grace):
+                        self._abandon(run)
+                continue
+            if not run.renew:
                 continue
             if now >= run.deadline:
                 run.abort(TIMEOUT, f"stage deadline of {run.task.timeout_seconds:g}s passed")
             elif now >= run.lease_deadline - margin:
                 silent = now - (run.lease_deadline - run.lease_seconds)
                 run.abort(LEASE_EXPIRING, f"no lease renewal for {silent:.1f}s: the lease is about to expire")
+
+    def _abandon(self, run) -> None:
+        """A timed-out handler that ignores its context: kill what it started, record the timeout
+        (a fenced fail) and free its slot now. The thread itself cannot be killed in Python; if it
+        ever returns, its own final write finds the conclusion taken and writes nothing."""
+        if not run.take_conclusion():
+            return
+        for group in run.groups():
+            group.kill_now()
+        log.warning(
+            "task %s (%s): the handler did not stop after its timeout; its slot is freed and the "
+            "attempt failed (the thread is left to end on its own)",
+            run.task.id,
+            run.task.task_type,
+            extra=run.extra,
+        )
+        reason = run.abort_reason
+        self.outcome.final(
+            run, "fail", lambda: repository.fail(run.lease, f"StageTimeout: {reason}", retryable=True)
+        )
+        self.runs.remove(run)
+        self.slots.abandon(run.slot, run.task.pool)
+        self.session.wakeup.freed(run.task.pool)
 
     def _begin_drain(self) -> None:
         self.phase = "draining"
@@ -356,19 +341,9 @@ class Worker:
         self._set_lifecycle("draining", seconds=5.0)
 
     def _stop_claims(self) -> None:
-        self.stop_claiming.set()
-        self.wakeup.wake_all()
-        for slot in self.slots:  # cancel claim calls in flight
-            with slot.lock:
-                conn = slot.pg_conn if slot.claiming else None
-            if conn is not None:
-                try:
-                    conn.cancel_safe(timeout=1.0)
-                except Exception:
-                    pass
-        deadline = time.monotonic() + 3.0
-        while any(slot.claiming for slot in self.slots) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        self.session.stop_claiming.set()
+        self.session.wakeup.wake_all()
+        self.claimer.cancel_in_flight()
 
     def _stop_remaining(self) -> None:
         runs = self.runs.snapshot()
@@ -397,11 +372,9 @@ class Worker:
     def _wait_for_slots(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if not self.runs.count() and not any(
-                slot.thread and slot.thread.is_alive() for slot in self.slots
-            ):
+            if not self.runs.count() and not self.slots.busy():
                 return
-            if not self.runs.count() and self.stop_claiming.is_set():
+            if not self.runs.count() and self.session.stop_claiming.is_set():
                 return
             time.sleep(0.05)
 
@@ -421,8 +394,8 @@ class Worker:
 
     def _finish(self, code: int) -> int:
         self.phase = "stopping"
-        self.stop_claiming.set()
-        self.wakeup.wake_all()
+        self.session.stop_claiming.set()
+        self.session.wakeup.wake_all()
         self.maintenance.stop_event.set()
         if self.listener is not None:
             self.listener.close()
@@ -430,7 +403,16 @@ class Worker:
         processes.kill_all()
         if not self.taken_over.is_set():
             self._set_lifecycle("offline", seconds=5.0)
-        log.info("worker %s offline (exit %s)", self.uid, code, extra=self.log_extra)
+        log.info(
+            "worker %s offline (exit %s): %d claim(s), %d cheap read(s) instead of a claim, "
+            "%d notification(s)",
+            self.uid,
+            code,
+            self.claimer.claims,
+            self.claimer.hints,
+            self.session.wakeup.received,
+            extra=self.log_extra,
+        )
         return code
 
     def _exit_taken_over(self) -> int:
@@ -455,7 +437,8 @@ class Worker:
         backoff = Backoff(0.1, 1.0)
         while True:
             try:
-                moved = repository.set_session_lifecycle(self.uid, self.session_id, lifecycle)
+                with released():
+                    moved = repository.set_session_lifecycle(self.uid, self.session_id, lifecycle)
                 if moved is None:
                     log.warning(
                         "session no longer current: lifecycle %s not recorded",
@@ -478,106 +461,6 @@ class Worker:
                     )
                     return
                 backoff.sleep(limit=deadline - time.monotonic())
-
-    # ---- slots ---------------------------------------------------------------------------------
-
-    def _slot_loop(self, slot: Slot) -> None:
-        name_thread_connection(f"jetencode-worker {self.uid} {slot.name}")
-        backoff = Backoff(0.2, 5.0)
-        while not self.stop_claiming.is_set():
-            refresh_connection()
-            seen = self.wakeup.generation(slot.pool)
-            try:
-                task, claimed_at = self._claim(slot)
-            except repository.SessionSuperseded:
-                self.on_taken_over()
-                break
-            except DB_ERRORS as exc:
-                reset_connection()
-                if not self.stop_claiming.is_set():
-                    self._claim_trouble.warning(
-                        "claim failed (%s); retrying",
-                        _first_line(exc),
-                        extra={**self.log_extra, "slot": slot.name},
-                    )
-                backoff.sleep(self.stop_claiming)
-                continue
-            except Exception:
-                log.exception("claim failed", extra={**self.log_extra, "slot": slot.name})
-                backoff.sleep(self.stop_claiming)
-                continue
-            backoff.reset()
-            if task is None:
-                self.wakeup.wait(slot.pool, seen, self.timing.poll)
-                continue
-            self._execute(slot, task, claimed_at)
-            slot.runs_done += 1
-        reset_connection()
-
-    def _claim(self, slot: Slot) -> tuple[repository.ClaimedTask | None, float]:
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-        with slot.lock:
-            if self.stop_claiming.is_set():
-                return None, 0.0
-            slot.pg_conn = connection.connection
-            slot.claiming = True
-        try:
-            claimed_at = time.monotonic()
-            return repository.claim(self.uid, self.session_id, slot.pool, self.timing.lease), claimed_at
-        finally:
-            with slot.lock:
-                slot.claiming = False
-                slot.pg_conn = None
-
-    def _execute(self, slot: Slot, task: repository.ClaimedTask, claimed_at: float) -> None:
-        lease = repository.Lease.of(task, self.uid, self.session_id)
-        run = TaskRun(
-            task,
-            lease,
-            slot.name,
-            claimed_at,
-            self.timing.lease,
-            deadline_margin=max(self.timing.heartbeat, self.kill_grace + 1.0),
-        )
-        run.kill_grace = self.kill_grace
-        self.runs.add(run)
-        extra = run.extra
-        try:
-            if self.stop_claiming.is_set():  # the claim returned as shutdown began: give it back
-                run.abort(SHUTDOWN, "claimed while the worker began shutting down")
-                self.outcome.conclude(run, None, None, None, "")
-                return
-            log.info(
-                "task %s (%s) of job %s started on %s: attempt %s/%s",
-                task.id,
-                task.task_type,
-                task.job_id,
-                slot.name,
-                task.attempt,
-                task.max_attempts,
-                extra=extra,
-            )
-            result, error, tb, ctx = None, None, "", None
-            try:
-                workspace = self.workspace_root / str(task.job_id) / str(task.execution_id)
-                ctx = RunContext(self, run, workspace)
-                handler = HANDLERS.get(task.task_type)
-                if handler is None:
-                    raise PermanentFailure(
-                        f"worker {self.uid} has no handler for task type {task.task_type!r}"
-                    )
-                result = handler(ctx)
-            except BaseException as exc:  # a handler crash fails its task, never the worker
-                error, tb = exc, traceback.format_exc()
-            self.outcome.conclude(run, ctx, result, error, tb)
-        except Exception:
-            log.exception("task %s: runtime error while concluding", task.id, extra=extra)
-        finally:
-            for group in run.groups():
-                group.stop(run.kill_grace)
-            self.runs.remove(run)
-            self.wakeup.notify(task.pool)  # a slot (and its category) is free again
 
     # ---- description ---------------------------------------------------------------------------
 

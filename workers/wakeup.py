@@ -1,9 +1,15 @@
-"""Waking idle slots: LISTEN/NOTIFY as a shortcut, polling as the truth.
+"""Waking the claimer: LISTEN/NOTIFY as a shortcut, polling as the truth.
 
-Task-producing transactions run `pg_notify('jetencode_queue_tasks', '<pool>')`. The `Listener`
-thread holds one raw autocommit psycopg connection (not Django's, so it never takes a slot's
-connection), LISTENs, and turns each notification into `Wakeup.notify(pool)`. Idle slots wait on
-`Wakeup` for at most POLL_SECONDS, so a lost notification costs one poll interval, never work.
+Task-producing transactions run `pg_notify('jetencode_queue_tasks', '<pool>[:<worker uid>]')`:
+the pool, and the worker the new task is for when only one can take it (a job's own stages go to
+its assigned worker; a new job is offered to one worker with a free slot, chosen by the enqueue).
+The `Listener` thread holds one raw autocommit psycopg connection (not Django's), LISTENs, and turns
+each notification for this worker (or for every worker) into `Wakeup.notify(pool)`; notifications
+for other workers are dropped here, so they cost no claim. The claimer waits on `Wakeup` for at most
+one poll interval, so a lost notification costs one poll, never work.
+
+The connection goes to JETENCODE_LISTEN_DATABASE_URL when that is set (a direct connection next to
+a PgBouncer in transaction mode), else to the database itself.
 
 After every (re)connect the listener LISTENs again, checks that a notification really comes back
 (it does not through PgBouncer in transaction mode, for instance) and wakes every slot once,
@@ -19,7 +25,6 @@ import time
 import uuid
 
 import psycopg
-from django.db import connection as django_connection
 
 from scheduler.constants import POOLS
 from workers.db import Backoff, RateLimitedLog
@@ -36,7 +41,9 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._generation = dict.fromkeys(POOLS, 0)
+        # Per pool: notifications ("<pool>") and slots coming free ("<pool>.free"), counted apart:
+        # the claimer claims at once for a notification, but asks a cheap read first for a slot.
+        self._generation = dict.fromkeys(POOLS, 0) | {f"{pool}.free": 0 for pool in POOLS}
         self.received = 0
 
     def generation(self, pool: str) -> int:
@@ -49,7 +56,14 @@ class Wakeup:
             self.received += 1
             self._cond.notify_all()
 
+    def freed(self, pool: str) -> None:
+        """A slot of the pool is free again."""
+        with self._cond:
+            self._generation[f"{pool}.free"] += 1
+            self._cond.notify_all()
+
     def wake_all(self) -> None:
+        """Claim everywhere now (after a reconnect, at shutdown): as if every pool was notified."""
         with self._cond:
             for pool in POOLS:
                 self._generation[pool] += 1
@@ -60,47 +74,38 @@ class Wakeup:
         with self._cond:
             return self._cond.wait_for(lambda: self._generation[pool] != seen, timeout)
 
+    def generations(self) -> dict[str, int]:
+        with self._cond:
+            return dict(self._generation)
 
-def connection_params(application_name: str) -> dict:
-    """psycopg.connect() keyword arguments for the configured database, from Django's settings."""
-    settings = django_connection.settings_dict
-    params: dict = {}
-    options = dict(settings.get("OPTIONS") or {})
-    for django_only in (
-        "isolation_level",
-        "assume_role",
-        "server_side_binding",
-        "pool",
-        "cursor_factory",
-        "prepare_threshold",
-        "context",
-    ):
-        options.pop(django_only, None)
-    params.update(options)
-    params["dbname"] = settings.get("NAME") or "postgres"
-    for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"), ("PORT", "port")):
-        if settings.get(key):
-            params[name] = settings[key]
-    params["application_name"] = application_name[:63]
-    params.setdefault("connect_timeout", 10)
-    # Notice a dead peer even when no notification is due.
-    params.setdefault("keepalives", 1)
-    params.setdefault("keepalives_idle", 10)
-    params.setdefault("keepalives_interval", 5)
-    params.setdefault("keepalives_count", 3)
-    params["autocommit"] = True
-    return params
+    def wait_any(self, seen: dict[str, int], timeout: float) -> bool:
+        """Wait until any pool's generation differs from `seen` or `timeout` passes. True if woken."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._generation != seen, timeout)
+
+
+def parse_payload(payload: str, uid: str | None) -> str | None:
+    """The pool a notification wakes for worker `uid`, or None when it is not for this worker:
+    `media`, `background` (any worker) or `media:<uid>` (one worker)."""
+    pool, _, target = payload.partition(":")
+    if pool not in POOLS:
+        return None
+    if target and uid is not None and target != uid:
+        return None
+    return pool
 
 
 class Listener(threading.Thread):
     PROBE_SECONDS = 5.0
     PING_EVERY = 30.0
 
-    def __init__(self, wakeup: Wakeup, stop: threading.Event, application_name: str):
+    def __init__(self, wakeup: Wakeup, stop: threading.Event, params: dict, uid: str | None = None):
         super().__init__(name="listen", daemon=True)
         self.wakeup = wakeup
         self.stop_event = stop
-        self.application_name = application_name
+        self.params = params  # psycopg.connect() keyword arguments (autocommit)
+        self.uid = uid
+        self.application_name = params.get("application_name", "")
         self.state = "starting"  # starting | listening | reconnecting | polling-only
         self.reconnects = 0
         self._conn: psycopg.Connection | None = None
@@ -111,7 +116,7 @@ class Listener(threading.Thread):
         first = True
         while not self.stop_event.is_set():
             try:
-                conn = psycopg.connect(**connection_params(self.application_name))
+                conn = psycopg.connect(**self.params)
             except psycopg.Error as exc:
                 self.state = "reconnecting"
                 self._trouble.warning("LISTEN connection failed (%s); polling until it is back", _short(exc))
@@ -150,8 +155,7 @@ class Listener(threading.Thread):
         last_ping = time.monotonic()
         while not self.stop_event.is_set():
             for note in conn.notifies(timeout=1.0):
-                if note.channel == CHANNEL and note.payload in POOLS:
-                    self.wakeup.notify(note.payload)
+                self._deliver(note)
             if time.monotonic() - last_ping >= self.PING_EVERY:
                 conn.execute("SELECT 1")  # a half-open connection shows up here
                 last_ping = time.monotonic()
@@ -161,16 +165,20 @@ class Listener(threading.Thread):
         # transaction mode the listener's server connection is not pinned, and a notification sent
         # on the listening connection itself can come back by luck.
         token = f"probe-{uuid.uuid4().hex}"
-        with psycopg.connect(**connection_params(self.application_name)) as sender:  # autocommit
+        with psycopg.connect(**self.params) as sender:  # autocommit
             sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
         deadline = time.monotonic() + self.PROBE_SECONDS
         while time.monotonic() < deadline and not self.stop_event.is_set():
             for note in conn.notifies(timeout=max(0.05, deadline - time.monotonic())):
                 if note.payload == token:
                     return True
-                if note.channel == CHANNEL and note.payload in POOLS:
-                    self.wakeup.notify(note.payload)
+                self._deliver(note)
         return False
+
+    def _deliver(self, note) -> None:
+        pool = parse_payload(note.payload, self.uid) if note.channel == CHANNEL else None
+        if pool is not None:
+            self.wakeup.notify(pool)
 
     def _give_up(self, why: str) -> None:
         self.state = "polling-only"

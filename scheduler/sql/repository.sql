@@ -87,8 +87,27 @@ SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)
 -- ---- Claim and fenced writes -----------------------------------------------------------------
 
 -- name: claim_task
--- Claim one task of the pool for a free slot of this worker session, under a fresh lease.
-SELECT * FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s)
+-- Claim one task of the pool for a free slot of this worker session, under a fresh lease; and, in
+-- the same round trip, whether anything else of the pool has been runnable for this worker for
+-- grace seconds (no lock): the claimer claims again at once while there is such a backlog, and asks
+-- the hint first once there is none (younger work was announced to the worker that should take it).
+SELECT c.*, runnable_for_v1(%(worker_uid)s, %(pool)s, %(grace)s, c.job_id, c.id) AS more_runnable
+  FROM claim_task_v1(%(worker_uid)s, %(session_id)s, %(pool)s, %(lease_seconds)s) c
+
+-- name: runnable_hint
+-- Which pools have had something runnable for this worker for at least grace seconds (a read
+-- without locks). Work younger than that was announced by a notification to the worker that should
+-- claim it, so a poll leaves it alone: an idle poll that finds nothing here takes no lock, and polls
+-- landing between an enqueue and its notified claim make no extra claims.
+SELECT * FROM runnable_pools_v1(%(worker_uid)s, %(grace)s)
+
+-- name: session_heartbeating
+-- Whether the uid's current session is still heartbeating (a restart then fences a live process).
+SELECT EXISTS (
+  SELECT 1 FROM queue_workers w
+   WHERE w.uid = %(uid)s AND w.lifecycle <> 'offline'
+     AND w.last_heartbeat_at > now() - make_interval(secs => %(stale_seconds)s)
+) AS alive
 
 -- name: heartbeat_tasks
 -- Renew the leases of a session's running tasks (tasks: [{"id", "token"}]), each fenced.
@@ -130,6 +149,13 @@ SELECT purge_history_v1(%(days)s, %(batch)s) AS purged
 -- name: record_sample
 -- Record this minute's queue sample once across all workers (recorded NULL when already taken).
 SELECT record_sample_v1() AS recorded
+
+-- name: take_recovery_round
+-- A worker's turn at the recovery pass, unless one started within every seconds (any worker's):
+-- records the pass (what /metrics reports) and returns a row only when it is this worker's to make.
+UPDATE queue_scheduler_state SET last_recovery_at = now()
+ WHERE id = 1 AND (last_recovery_at IS NULL OR last_recovery_at <= now() - make_interval(secs => %(every)s))
+RETURNING true AS taken
 
 -- name: note_recovery_ran
 -- Remember when a recovery pass last ran (/metrics reports how long ago).

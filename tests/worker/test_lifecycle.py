@@ -48,13 +48,12 @@ def test_a_worker_runs_cancels_fails_publishes_and_drains(start_worker, enqueue,
             "'jetencode-worker life %%'"
         )
     }
-    assert {
+    # Three connections whatever the slot count (workers/db.py).
+    assert names == {
         "jetencode-worker life heartbeat",
         "jetencode-worker life listen",
-        "jetencode-worker life media-1",
-        "jetencode-worker life media-2",
-        "jetencode-worker life background",
-    } <= names, names
+        "jetencode-worker life work",
+    }, names
 
     # --- idle wake-up latency: enqueue -> claim (handler start), slots idle on LISTEN --------------
     latencies = []

@@ -1,9 +1,14 @@
 """Run the whole system from one terminal: web (gunicorn, no autoreloader) and one worker.
 
-Everything runs in one process group, so Ctrl-C (or SIGTERM to this process) stops everything: the
-worker drains (it hands back whatever it cannot finish) and gunicorn shuts down.
+Each child runs in a process group of its own, so a Ctrl-C in the terminal (SIGINT to this
+command's process group) reaches this process only, once, and this process tells each child once:
+SIGTERM, on which the worker drains (it hands back whatever it cannot finish in its grace period)
+and gunicorn shuts down gracefully. A second Ctrl-C (or SIGTERM) is passed on as a second signal:
+the worker aborts (its stages killed and handed back); a third kills what is left. The children die
+with this process (PR_SET_PDEATHSIG) if it is killed outright.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -50,41 +55,47 @@ class Command(BaseCommand):
                     "jetencode.wsgi:application",
                 ],
                 env=env,
+                **_OWN_GROUP,
             )
         ]
         if not no_worker:
-            children.append(subprocess.Popen([*manage, "runworker", *worker_args.split()], env=worker_env))
+            children.append(
+                subprocess.Popen([*manage, "runworker", *worker_args.split()], env=worker_env, **_OWN_GROUP)
+            )
         call_command("ensure_admin")
         self.stdout.write(
             f"JetEncode is up: http://{bind}/dashboard/  (admin: http://{bind}/admin/). Ctrl-C stops."
         )
 
-        stopping = False
+        signals_seen = 0
 
-        def stop(signum, frame):
-            nonlocal stopping
-            # Ctrl-C in the terminal already reached every process of our foreground group; sending
-            # another signal would make the worker abort instead of draining.
-            if signum == signal.SIGINT and not stopping and _terminal_signalled_group():
-                stopping = True
-                return
+        def stop(signum, frame):  # noqa: ARG001
+            # Only this process hears the terminal (the children have groups of their own): pass
+            # each Ctrl-C on exactly once. First: drain. Second: abort. Third: kill.
+            nonlocal signals_seen
+            signals_seen += 1
             for child in children:
                 if child.poll() is None:
-                    child.send_signal(signal.SIGTERM if not stopping else signal.SIGKILL)
-            stopping = True
+                    child.send_signal(signal.SIGTERM if signals_seen <= 2 else signal.SIGKILL)
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         while any(child.poll() is None for child in children):
-            if not stopping and any(child.poll() is not None for child in children):
+            if not signals_seen and any(child.poll() is not None for child in children):
                 self.stderr.write("A process exited; stopping the others.")
                 stop(signal.SIGTERM, None)
-            time.sleep(0.5)
+            time.sleep(0.2)
         return None
 
 
-def _terminal_signalled_group() -> bool:
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when runall dies (Linux; elsewhere a no-op)."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except OSError:
-        return False
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+# A group of its own, so the terminal's SIGINT reaches the child only through runall, once; no
+# stdin, so a child outside the foreground group never stops on a terminal read.
+_OWN_GROUP = {"process_group": 0, "stdin": subprocess.DEVNULL, "preexec_fn": _die_with_parent}

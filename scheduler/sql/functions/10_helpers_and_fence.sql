@@ -307,7 +307,7 @@ BEGIN
   VALUES (p_job, p_execution, 'webhook', payload, dedupe_key_v1('webhook', payload), false, 'cluster',
           'background', 'cpu', 0, 'pending', now(), 0, 8, 60, 0, '{}', now())
   ON CONFLICT (job_id, execution_id, dedupe_key) DO NOTHING;
-  PERFORM pg_notify('jetencode_queue_tasks', 'background');
+  PERFORM notify_pool_v1('background');
 END
 $$;
 

@@ -219,8 +219,9 @@ BEGIN
     ELSE t.task_type || ' completed on ' || p_worker
          || CASE WHEN inserted > 0 THEN ', ' || inserted || ' stage(s) queued' ELSE '' END END);
   IF inserted > 0 OR released > 0 THEN
-    PERFORM pg_notify('jetencode_queue_tasks', 'media');
-    PERFORM pg_notify('jetencode_queue_tasks', 'background');
+    -- The job's own stages can only go to its assigned worker: wake that one, not the farm.
+    PERFORM notify_pool_v1('media', s.assigned_worker_uid);
+    PERFORM notify_pool_v1('background', s.assigned_worker_uid);
   END IF;
   RETURN QUERY SELECT 'completed'::text, NULL::text;
 END
