@@ -10,7 +10,7 @@ from scheduler.migrations import run_sql_file
 
 
 class Migration(migrations.Migration):
-    dependencies = [("scheduler", "0010_worker_left_at")]
+    dependencies = [("scheduler", "0011_farm_notify")]
 
     operations = [
         migrations.RunPython(run_sql_file("0012_weighted_progress.sql"), migrations.RunPython.noop),

@@ -313,7 +313,7 @@ BEGIN
   VALUES (p_job, p_execution, 'webhook', payload, dedupe_key_v1('webhook', payload), false, 'cluster',
           'background', 'cpu', 0, 'pending', now(), 0, 8, 60, 0, '{}', now())
   ON CONFLICT (job_id, execution_id, dedupe_key) DO NOTHING;
-  PERFORM pg_notify('jetencode_queue_tasks', 'background');
+  PERFORM notify_pool_v1('background');
 END
 $$;
 
@@ -508,8 +508,45 @@ $$;
 
 -- ---- Enqueue ---------------------------------------------------------------------------------
 
+-- Wake the worker that should claim a new task of the pool (no herd): p_worker when only it may
+-- take the task (a job's own stages, a targeted job), else one active, fresh worker with a free
+-- slot of that pool (the first of sixteen drawn at random), else every worker. The payload is '<pool>' or
+-- '<pool>:<uid>'; a worker ignores notifications for other uids, so one enqueue costs about one
+-- claim however many workers idle. Polling stays the correctness path: a worker that could not
+-- take the task after all (its slot filled meanwhile, a category it lacks) leaves it to the next
+-- poll of any worker. Finding the worker reads queue_workers and counts the running tasks of at
+-- most sixteen of them, outside the scheduler lock.
+CREATE OR REPLACE FUNCTION notify_pool_v1(p_pool text, p_worker text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql
+-- queue_workers is small and read whole: a sequential scan, even inside enqueue_job_v1 (which turns
+-- them off), and no JIT (a disabled scan's 1e10 cost would make every enqueue JIT-compile: 300 ms).
+SET enable_seqscan = on
+SET jit = off
+AS $$
+DECLARE
+  target text := p_worker;
+BEGIN
+  IF target IS NULL THEN
+    -- Sixteen active workers at random, then the first of them with a free slot: the running tasks
+    -- are counted for those sixteen only, so the cost does not grow with the farm.
+    SELECT w.uid INTO target
+      FROM (SELECT * FROM queue_workers w
+             WHERE w.lifecycle = 'active' AND w.reservation_id IS NULL
+               AND w.last_heartbeat_at > now() - interval '30 seconds'
+             ORDER BY random()
+             LIMIT 16) w
+     WHERE CASE WHEN p_pool = 'media' THEN w.concurrency ELSE w.background_slots END > (
+             SELECT count(*) FROM queue_tasks q
+              WHERE q.claimed_worker_session_id = w.current_session_id AND q.state = 'running'
+                AND q.pool = p_pool)
+     LIMIT 1;
+  END IF;
+  PERFORM pg_notify('jetencode_queue_tasks', p_pool || coalesce(':' || target, ''));
+END
+$$;
+
 -- Enqueue a job, its schedule and its dispatch task in one transaction (JE422 when the required
--- worker may not take it), and NOTIFY media workers unless p_notify is false. The position comes
+-- worker may not take it), and NOTIFY one media worker (notify_pool_v1) unless p_notify is false. The position comes
 -- from a sequence, without the scheduler lock, so enqueues never wait on claims. Returns the job id.
 CREATE OR REPLACE FUNCTION enqueue_job_v1(
   p_type text, p_params jsonb, p_priority int, p_max_attempts int, p_webhook_url text,
@@ -544,14 +581,67 @@ BEGIN
   VALUES (new_id, 1, p_priority, nextval('job_position_seq') * 1024, p_required_worker, NULL, 'shared', false,
           p_required_category, coalesce(p_required_vram, 0), now(), '["cpu"]', 0, now());
   PERFORM insert_dispatch_v1(new_id, 1, p_type, p_max_attempts, p_timeout);
-  IF p_notify THEN
-    PERFORM pg_notify('jetencode_queue_tasks', 'media');
+  IF p_notify AND p_required_category IS NOT NULL AND p_required_worker IS NULL THEN
+    PERFORM pg_notify('jetencode_queue_tasks', 'media');  -- a GPU dispatch: whoever has the category
+  ELSIF p_notify THEN
+    PERFORM notify_pool_v1('media', p_required_worker);
   END IF;
   RETURN new_id;
 END
 $$;
 
 -- ---- Claim -----------------------------------------------------------------------------------
+
+-- Whether anything of the pool has been runnable for p_worker for at least p_grace seconds, leaving
+-- out one job (p_job) or task (p_task): the claimer's lock-free hints. One read, no lock, always on
+-- the claim indexes (whatever statistics say: a sequential scan here would read the whole queue on
+-- every idle poll, and inside a claim's transaction it would lengthen the serialized section).
+CREATE OR REPLACE FUNCTION runnable_for_v1(p_worker text, p_pool text, p_grace float,
+                                           p_job uuid DEFAULT NULL, p_task bigint DEFAULT NULL)
+RETURNS boolean
+-- PL/pgSQL, so each session plans the two reads once (a SQL function with SET clauses is not
+-- inlined and would be planned again on every call: at 100 idle workers that tripled the idle CPU).
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+BEGIN
+  IF p_pool = 'media' THEN
+    RETURN EXISTS (
+      SELECT 1 FROM job_schedule js
+       WHERE js.group_key IN (p_worker, '')
+         AND js.media_runnable_at <= now() - make_interval(secs => p_grace)
+         AND js.job_id IS DISTINCT FROM p_job);
+  END IF;
+  RETURN EXISTS (
+    SELECT 1 FROM queue_tasks q
+     WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait')
+       AND q.available_at <= now() - make_interval(secs => p_grace)
+       AND q.id IS DISTINCT FROM p_task);
+END
+$$;
+
+-- The idle poll's hint: runnable_for_v1 for both pools in one call (one function call's set-up, its
+-- SET clauses included, instead of two).
+CREATE OR REPLACE FUNCTION runnable_pools_v1(p_worker text, p_grace float)
+RETURNS TABLE (media boolean, background boolean)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+BEGIN
+  media := EXISTS (
+    SELECT 1 FROM job_schedule js
+     WHERE js.group_key IN (p_worker, '') AND js.media_runnable_at <= now() - make_interval(secs => p_grace));
+  background := EXISTS (
+    SELECT 1 FROM queue_tasks q
+     WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait')
+       AND q.available_at <= now() - make_interval(secs => p_grace));
+  RETURN NEXT;
+END
+$$;
 
 -- The claim: one round trip, the design's steps. At most one task per call, only for the worker's
 -- current session (JE410 otherwise) while it is active, within its free capacity (pool slots,
@@ -989,8 +1079,9 @@ BEGIN
     ELSE t.task_type || ' completed on ' || p_worker
          || CASE WHEN inserted > 0 THEN ', ' || inserted || ' stage(s) queued' ELSE '' END END);
   IF inserted > 0 OR released > 0 THEN
-    PERFORM pg_notify('jetencode_queue_tasks', 'media');
-    PERFORM pg_notify('jetencode_queue_tasks', 'background');
+    -- The job's own stages can only go to its assigned worker: wake that one, not the farm.
+    PERFORM notify_pool_v1('media', s.assigned_worker_uid);
+    PERFORM notify_pool_v1('background', s.assigned_worker_uid);
   END IF;
   RETURN QUERY SELECT 'completed'::text, NULL::text;
 END
