@@ -7,7 +7,7 @@ heartbeat 1 s, recovery every 1 s, poll 0.5 s) so crash scenarios finish in seco
 
 `InProcessWorker` is for handler tests: a real `workers.runtime.Worker` (never started), registered in
 the test database, whose stages are claimed, run and concluded by the runtime's `TaskRun`,
-`RunContext` (subprocesses through `RunContext.run` and `workers.processes`) and `Outcome`.
+`RunContext` (subprocesses through `RunContext.run` and `workers.processes`) and `StageRunner` (workers.slots).
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ class Stage:
     """One claimed task in an `InProcessWorker`: the runtime's TaskRun and RunContext around it.
 
     `execute()` does what a worker slot does (workers.runtime.Worker._execute): the handler gets the
-    RunContext, then workers.outcome.Outcome writes the one fenced conclusion (finish with children
+    RunContext, then the runtime's StageRunner (workers.slots) writes the one fenced conclusion (finish with children
     and published files, fail, or the cancelled finish). The only additions are records a test reads:
     every `progress` call, every process group `ctx.run` started, and an `on_progress` hook.
     """
