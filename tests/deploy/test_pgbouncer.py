@@ -14,7 +14,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psutil
 import pytest
 from django.db import connection
 
@@ -101,6 +103,16 @@ def pgbouncer():
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
+def sockets_to(pid: int, url: str) -> list:
+    """The established TCP connections of process `pid` to the host:port of `url`."""
+    port = urlsplit(url).port or 5432
+    return [
+        c
+        for c in psutil.Process(pid).net_connections("tcp")
+        if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
+    ]
+
+
 def server_connections_of_pgbouncer() -> int:
     return one(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -150,7 +162,14 @@ def test_workers_finish_jobs_through_pgbouncer_in_transaction_mode(
     # The LISTEN went straight to PostgreSQL; the other worker found LISTEN useless and polls.
     assert direct_listen.connections("listen")
     wait_for(lambda: "falling back to polling only" in polling.output(), 15, "the LISTEN probe to give up")
-    assert not polling.connections("listen")
+    # Counted on the worker's own sockets: PgBouncer keeps its server connections, and one that last
+    # served the LISTEN probe still shows that application_name in pg_stat_activity until reused.
+    wait_for(
+        lambda: len(sockets_to(polling.pid, pgbouncer)) <= 2,
+        15,
+        "the polling worker to hold only its two pooled connections",
+    )
+    assert not sockets_to(polling.pid, database_url), "the polling worker has a direct connection"
     # PgBouncer never opened more server connections than its pool (plus the direct LISTEN).
     assert server_connections_of_pgbouncer() <= SERVER_POOL
     assert direct_listen.drain() == 0
