@@ -1,7 +1,14 @@
 """`python -m bench`: see bench/run.py and docs/benchmarks.md."""
 
+import os
+import secrets
 import sys
 
-from bench.run import main
+# The bench points its processes at a PostgreSQL server (DATABASE_URL), and a process with a server
+# and DEBUG off refuses to start without a secret key (docs/security.md): the bench's databases are
+# throwaway, so is their key.
+os.environ.setdefault("JETENCODE_SECRET_KEY", "bench-" + secrets.token_urlsafe(40))
+
+from bench.run import main  # noqa: E402
 
 sys.exit(main())

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import connection
 
 from scheduler import queries, repository
@@ -417,6 +418,9 @@ def _worker_env(config: SoakConfig, database_url: str, workdir: Path) -> dict[st
     env = dict(os.environ)
     for key in ("JETENCODE_TEST_DATABASE_NAME",):
         env.pop(key, None)
+    # A worker given a DATABASE_URL with DEBUG off refuses to start without a secret key
+    # (docs/security.md): the soak's workers share the soak's own.
+    env.setdefault("JETENCODE_SECRET_KEY", settings.SECRET_KEY)
     env.update(
         {
             "DATABASE_URL": database_url,
