@@ -12,17 +12,11 @@ from __future__ import annotations
 
 import http.client
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 from media import failures, links, webhooks
+from media.disclosure import url_without_query
 from media.quality import job_quality
 from workers.stages.base import PermanentFailure, StageContext, stage
-
-
-def _display(url: str) -> str:
-    """The URL without query or credentials: receivers often put tokens in the query string."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}{parts.path}"
 
 
 def _failed_stage(job) -> str | None:
@@ -83,12 +77,14 @@ def webhook(ctx: StageContext) -> dict:
     try:
         delivery = webhooks.send(url, body, webhook_id)
     except webhooks.UnsafeWebhookURL as exc:
-        ctx.log(f"refused {_display(url)}: {exc}")
+        ctx.log(f"refused {url_without_query(url)}: {exc}")
         raise PermanentFailure(str(exc)) from None
     except (OSError, http.client.HTTPException) as exc:
-        ctx.log(f"POST {_display(url)} failed: {exc!r}")
+        ctx.log(f"POST {url_without_query(url)} failed: {exc!r}")
         raise RuntimeError(f"webhook delivery failed: {exc}") from exc
-    ctx.log(f"POST {_display(url)} ({delivery.address}) {event} webhook-id={webhook_id} -> {delivery.status}")
+    ctx.log(
+        f"POST {url_without_query(url)} ({delivery.address}) {event} webhook-id={webhook_id} -> {delivery.status}"
+    )
     if not delivery.ok:
         # Only the status: a receiver's error body may carry anything (tokens, internal pages), and
         # stage logs are readable by viewers.
