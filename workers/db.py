@@ -2,9 +2,10 @@
 
 | connection                      | Django alias      | used by                                            |
 |---------------------------------|-------------------|----------------------------------------------------|
-| `jetencode-worker <uid> work`   | default (pool: 1) | the claimer, every slot's progress and final write, |
-|                                 |                   | handlers' own ORM reads, the main thread           |
-| `jetencode-worker <uid> heartbeat` | jetencode_keeper (pool: 1) | heartbeats and maintenance             |
+| `jetencode-worker <uid> work`   | default (pool: 1) | the claimer, every slot's progress, handlers' own  |
+|                                 |                   | ORM reads, the main thread                         |
+| `jetencode-worker <uid> heartbeat` | jetencode_keeper (pool: 1) | heartbeats, maintenance and the slots' |
+|                                 |                   | final writes (finish, fail, release)               |
 | `jetencode-worker <uid> listen` | (raw psycopg)     | LISTEN (workers/wakeup.py), optional               |
 
 `use_worker_connections()` gives each of the two Django aliases a pool of exactly one connection
@@ -168,6 +169,28 @@ def use_keeper_connection() -> None:
     """From now on this thread's default connection is the heartbeat/maintenance pool's."""
     if KEEPER_ALIAS in connections.settings:
         connections[DEFAULT_DB_ALIAS] = connections.create_connection(KEEPER_ALIAS)
+
+
+@contextlib.contextmanager
+def on_keeper_connection():
+    """Run one unit of work on the heartbeat pool's connection, then hand it back: the slots' final
+    writes. A finish waits for its commit's WAL flush; on a connection of their own those waits
+    neither hold up the claims on the work connection nor queue behind them, and the finishes that
+    meet there share transactions (workers/finishes.py). Without the worker's pools (a test calling
+    the runtime's parts directly) the unit runs on the thread's own connection."""
+    if KEEPER_ALIAS not in connections.settings:
+        try:
+            yield
+        finally:
+            release_connection()
+        return
+    work = connections[DEFAULT_DB_ALIAS]
+    connections[DEFAULT_DB_ALIAS] = connections.create_connection(KEEPER_ALIAS)
+    try:
+        yield
+    finally:
+        release_connection()
+        connections[DEFAULT_DB_ALIAS] = work
 
 
 PREPARED_ENV = "JETENCODE_PREPARED_STATEMENTS"

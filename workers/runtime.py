@@ -403,14 +403,17 @@ class Worker:
         processes.kill_all()
         if not self.taken_over.is_set():
             self._set_lifecycle("offline", seconds=5.0)
+        finishes = self.outcome.finishes
         log.info(
             "worker %s offline (exit %s): %d claim(s), %d cheap read(s) instead of a claim, "
-            "%d notification(s)",
+            "%d notification(s), %d finish(es) committed in %d shared transaction(s)",
             self.uid,
             code,
             self.claimer.claims,
             self.claimer.hints,
             self.session.wakeup.received,
+            finishes.grouped,
+            finishes.groups,
             extra=self.log_extra,
         )
         return code

@@ -40,7 +40,15 @@ from django.db import connection, transaction
 
 from scheduler import repository
 from workers.context import RunContext
-from workers.db import DB_ERRORS, Backoff, RateLimitedLog, release_connection, reset_connection
+from workers.db import (
+    DB_ERRORS,
+    Backoff,
+    RateLimitedLog,
+    on_keeper_connection,
+    release_connection,
+    reset_connection,
+)
+from workers.finishes import GroupCommit
 from workers.session import (
     CANCELLED,
     LEASE_EXPIRING,
@@ -295,6 +303,7 @@ class StageRunner:
         self.session = session
         self.slots = slots
         self.stop_renewing = stop_renewing
+        self.finishes = GroupCommit()  # the slots' file-less finishes, committed together
 
     def start(self, slot: str, task: repository.ClaimedTask, claimed_at: float) -> None:
         thread = threading.Thread(
@@ -462,7 +471,11 @@ class StageRunner:
             outputs = files.outputs()
             try:
                 self.final(
-                    run, "finish", lambda: files.finish_and_commit(lease, result, ctx.children, outputs)
+                    run,
+                    "finish",
+                    lambda: files.finish_and_commit(
+                        lease, result, ctx.children, outputs, self.finishes, run.task.job_id
+                    ),
                 )
             except Exception as exc:  # publishing failed: the transaction was rolled back
                 self.fail_for_outputs(run, "publishing", exc)
@@ -486,17 +499,14 @@ class StageRunner:
         backoff = Backoff(0.1, 2.0)
         while True:
             try:
-                try:
+                with on_keeper_connection():
                     outcome = call()
-                finally:
-                    release_connection()
                 break
             except repository.SessionSuperseded:
                 self.session.on_taken_over()
                 log.warning("task %s: %s not written: uid taken over", run.task.id, what, extra=run.extra)
                 return None
-            except DB_ERRORS as exc:
-                reset_connection()
+            except DB_ERRORS as exc:  # the broken connection went back to its pool, which drops it
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     log.error(
@@ -559,13 +569,18 @@ class _Publication:
         ]
 
     def finish_and_commit(
-        self, lease: repository.Lease, result: Any, children: list, outputs: list[repository.Output]
+        self,
+        lease: repository.Lease,
+        result: Any,
+        children: list,
+        outputs: list[repository.Output],
+        finishes: GroupCommit,
+        job_id,
     ) -> repository.FenceResult:
         if not self.prepared:
             # Nothing to move into place: finish_task_v1 is one statement, atomic on its own, so
-            # autocommit saves the BEGIN and COMMIT round trips (and the job's row locks are not
-            # held while they travel).
-            return repository.finish(lease, result, children, outputs)
+            # it may share a transaction (and its WAL flush) with other slots' finishes.
+            return finishes.finish(job_id, lease, result, children, outputs)
         with transaction.atomic():
             outcome = repository.finish(lease, result, children, outputs)
             if outcome.outcome == "completed":

@@ -131,3 +131,27 @@ def test_a_notification_claims_at_once_and_a_full_worker_claims_nothing(tmp_path
     claimer._next_poll = 0.0
     assert claimer.step() is False  # its one media slot is busy: no claim, whatever arrives
     assert claimer.claims == 3 and len(started.tasks) == 1
+
+
+def test_a_finish_that_spawns_children_fills_every_free_slot_at_once(tmp_path, enqueue):
+    """One notification announces all the children of a finish (a transcode's renditions); the
+    claims that take them say more of the job is runnable, so the free slots fill without waiting
+    for a poll, and the claim that takes the last says so."""
+    claimer, started = claimer_for(tmp_path, media=3)
+    claimer.step()
+    enqueue("noop", {"seconds": 0})
+    claimer.session.wakeup.notify("media")
+    assert claimer.step() is True
+    dispatch = started.tasks[0][1]
+    session = claimer.session
+    children = [repository.Child("noop", {"n": i}) for i in range(3)]
+    lease = repository.Lease.of(dispatch, session.uid, session.session_id)
+    assert repository.finish(lease, None, children).outcome == "completed"
+    claimer.slots.put_back("media", started.tasks[0][0])
+    claimer.session.wakeup.notify("media")  # one notification for the three
+    while claimer.step():
+        pass
+    claimed = [task for _, task in started.tasks[1:]]
+    assert sorted(t.payload["n"] for t in claimed) == [0, 1, 2]
+    assert [t.more_runnable for t in claimed] == [True, True, False]
+    assert claimer.hints == 0

@@ -157,10 +157,33 @@ $$;
 
 -- ---- Claim -----------------------------------------------------------------------------------
 
+-- Whether job p_job has, besides task p_task, a stage of the pool pinned to its worker (placement
+-- 'job') that can run now, in the job's current execution. False when p_job is NULL.
+CREATE OR REPLACE FUNCTION pinned_siblings_runnable_v1(p_job uuid, p_task bigint, p_pool text) RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET jit = off
+AS $$
+BEGIN
+  IF p_job IS NULL THEN
+    RETURN false;
+  END IF;
+  RETURN EXISTS (
+    SELECT 1 FROM job_schedule js JOIN queue_tasks q ON q.job_id = js.job_id AND q.execution_id = js.execution_id
+     WHERE js.job_id = p_job AND q.id IS DISTINCT FROM p_task AND q.pool = p_pool AND q.placement = 'job'
+       AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now());
+END
+$$;
+
 -- Whether anything of the pool has been runnable for p_worker for at least p_grace seconds, leaving
 -- out one job (p_job) or task (p_task): the claimer's lock-free hints. One read, no lock, always on
 -- the claim indexes (whatever statistics say: a sequential scan here would read the whole queue on
 -- every idle poll, and inside a claim's transaction it would lengthen the serialized section).
+-- After a claim (p_job and p_task given) the claimed job's own other runnable stages of the pool
+-- count whatever their age: a finish that spawns several children announces them with one
+-- notification (one claim), and only this worker can take the job's pinned stages, so without this
+-- the second rendition of a transcode waited for the next idle poll. The caller's snapshot predates
+-- the claim, in which the claimed task is still pending: hence `q.id <> p_task`.
 CREATE OR REPLACE FUNCTION runnable_for_v1(p_worker text, p_pool text, p_grace float,
                                            p_job uuid DEFAULT NULL, p_task bigint DEFAULT NULL)
 RETURNS boolean
@@ -177,13 +200,15 @@ BEGIN
       SELECT 1 FROM job_schedule js
        WHERE js.group_key IN (p_worker, '')
          AND js.media_runnable_at <= now() - make_interval(secs => p_grace)
-         AND js.job_id IS DISTINCT FROM p_job);
+         AND js.job_id IS DISTINCT FROM p_job)
+      OR pinned_siblings_runnable_v1(p_job, p_task, 'media');
   END IF;
   RETURN EXISTS (
     SELECT 1 FROM queue_tasks q
      WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait')
        AND q.available_at <= now() - make_interval(secs => p_grace)
-       AND q.id IS DISTINCT FROM p_task);
+       AND q.id IS DISTINCT FROM p_task)
+    OR pinned_siblings_runnable_v1(p_job, p_task, 'background');
 END
 $$;
 

@@ -129,11 +129,16 @@ $$;
 -- same transaction. If the job was cancelled meanwhile, the task ends cancelled and nothing is
 -- published. A second finish under the same token (a retry after a lost commit) is idempotent.
 -- Children are deduplicated per execution (dedupe_key_v1), outputs by name.
+-- The three final writes (finish, fail, release) wait at most a second for a row lock: a worker
+-- sends them on the connection its heartbeats use (workers/db.py), and a write stuck behind an
+-- operator's transaction must not hold up the lease renewals of the worker's other stages
+-- (RELIABILITY rule 4). A timed-out write is an error the worker retries until the lease deadline.
 CREATE OR REPLACE FUNCTION finish_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                           p_result jsonb, p_children jsonb, p_outputs jsonb)
 RETURNS TABLE (outcome text, reason text)
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET lock_timeout = '1s'
 AS $$
 DECLARE
   fw record;
@@ -235,6 +240,7 @@ CREATE OR REPLACE FUNCTION fail_task_v1(p_task bigint, p_token uuid, p_worker te
 RETURNS TABLE (outcome text, reason text)
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET lock_timeout = '1s'
 AS $$
 DECLARE
   fw record;
@@ -264,6 +270,7 @@ CREATE OR REPLACE FUNCTION release_task_v1(p_task bigint, p_token uuid, p_worker
 RETURNS TABLE (outcome text, reason text)
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET lock_timeout = '1s'
 AS $$
 DECLARE
   fw record;
