@@ -37,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from bench import db
 from bench.workers import CpuMeter, WorkerPool
 
@@ -521,11 +523,41 @@ def _connections(conn) -> dict:
     return {name: n for name, n in rows}
 
 
+COUNTERS = (
+    "xact_commit",
+    "xact_rollback",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+    "blks_hit",
+    "blks_read",
+)
+
+
+def _db_counters(conn) -> dict:
+    """The system's database in pg_stat_database (its backends' counters: transactions, rows
+    written, buffers touched), after flushing this session's own pending counters."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT 1")
+    row = conn.execute(
+        f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    return dict(zip(COUNTERS, row, strict=True))
+
+
+def _per_job(before: dict, after: dict, jobs: int) -> dict:
+    out = {k: round((after[k] - before[k]) / jobs, 2) for k in COUNTERS}
+    out["blocks_touched"] = round(out.pop("blks_hit") + out.pop("blks_read"), 1)
+    return out
+
+
 def run_one(system, *, processes: int, concurrency: int, count: int, round_no: int, log) -> dict:
     load_before = os.getloadavg()
     producer = _Producer(system, count, PRODUCER_BATCH)
+    bench_process = psutil.Process()
     with db.connect(system.url, application_name="jetencode-bench-poller") as conn:
         system.reset(conn)
+        counters_before = _db_counters(conn)
         pids = system.start(processes, concurrency)
         try:
             warm = processes * concurrency * 2
@@ -543,19 +575,24 @@ def run_one(system, *, processes: int, concurrency: int, count: int, round_no: i
             producer.ready.wait(30)
             mark = system.mark(conn)
             meter = CpuMeter(system.database, pids, system.url).start()
+            own_before = bench_process.cpu_times()
             started = time.perf_counter()
             producer.go.set()
             finished = _wait_done(system, conn, mark, count, 120 + count / 10)
             wall = time.perf_counter() - started
             time.sleep(0.15)  # a batched log flush (pgqueuer) lands before the totals are read
             cpu = meter.stop()
+            own_after = bench_process.cpu_times()
             producer.finish()
             completed, first, last = system.totals(conn, mark)
         finally:
             producer.release.set()
             producer.go.set()
             system.stop()
+        time.sleep(0.3)  # exited backends have flushed their counters
+        counters_after = _db_counters(conn)
     load_after = os.getloadavg()
+    own = (own_after.user + own_after.system) - (own_before.user + own_before.system)
     span = (last - first).total_seconds() if first and last else None
     per_job = (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / completed if completed else None
     result = {
@@ -586,6 +623,13 @@ def run_one(system, *, processes: int, concurrency: int, count: int, round_no: i
             },
             "total": round(1000 * per_job, 3) if per_job else None,
         },
+        # The bench process itself (the producer's thread and the 50 ms poller): its Python, not
+        # in the totals above (the producer's PostgreSQL backend is, as postgres_producer).
+        "bench_process_cpu_ms_per_job": round(1000 * own / completed, 3) if completed else None,
+        # pg_stat_database of the system's database from before its workers started until after
+        # they stopped, per job processed (the measured jobs plus the warm-up): every backend's
+        # transactions and rows written, the bench's own polls (20/s, read-only) included.
+        "database_per_job": _per_job(counters_before, counters_after, count + warm),
         "connections_before_run": connections,
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
