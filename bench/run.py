@@ -26,7 +26,18 @@ import psutil
 
 from bench import db
 
-MEASUREMENTS = ("throughput", "ceiling", "claim", "wakeup", "web", "media", "failover", "quality", "farm")
+MEASUREMENTS = (
+    "throughput",
+    "ceiling",
+    "claim",
+    "wakeup",
+    "web",
+    "media",
+    "failover",
+    "quality",
+    "farm",
+    "peers",
+)
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
 PROFILES = {
@@ -49,6 +60,9 @@ PROFILES = {
         "quality_size": "1280x720",
         "quality_pairs": 3,
         "farm_sizes": [25, 50, 100],
+        "peers_jobs": 5000,
+        "peers_shapes": [2, 1],
+        "peers_rounds": 2,
     },
     "quick": {
         "throughput_jobs": 500,
@@ -69,6 +83,9 @@ PROFILES = {
         "quality_size": "1280x720",
         "quality_pairs": 1,
         "farm_sizes": [10, 25],
+        "peers_jobs": 1000,
+        "peers_shapes": [2],
+        "peers_rounds": 2,
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
@@ -90,8 +107,13 @@ PROFILES = {
         "quality_size": "320x180",
         "quality_pairs": 1,
         "farm_sizes": [2],
+        "peers_jobs": 50,
+        "peers_shapes": [1],
+        "peers_rounds": 1,
     },
 }
+# Not in the smoke set: media and quality (FFmpeg), farm (its own server), peers (procrastinate and
+# pgqueuer, from the `dev` extra).
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web", "failover")
 CONCURRENCY = 4
 THROUGHPUT_POLL_SECONDS = 0.1
@@ -131,6 +153,7 @@ class Runner:
         self.profile = dict(PROFILES[args.profile])
         if args.jobs:
             self.profile["throughput_jobs"] = args.jobs
+            self.profile["peers_jobs"] = args.jobs
         if args.failover_repetitions:
             self.profile["failover_repetitions"] = args.failover_repetitions
         self.results: dict = {}
@@ -297,6 +320,7 @@ class Runner:
             ("failover", self.measure_failover),
             ("quality", self.measure_quality),
             ("farm", self.measure_farm),
+            ("peers", self.measure_peers),
         ):
             if name in selected:
                 self.step(name, measure)
@@ -372,6 +396,21 @@ class Runner:
 
         sizes = self.args.farm_sizes or self.profile["farm_sizes"]
         return farm.measure(self.workdir, sizes, log=log)
+
+    def measure_peers(self) -> dict:
+        from bench import peers
+
+        p = self.profile
+        return peers.measure(
+            self.url,
+            self.args.database,
+            self.workdir,
+            count=p["peers_jobs"],
+            shapes=p["peers_shapes"],
+            rounds=p["peers_rounds"],
+            keep_databases=self.args.keep_database,
+            log=log,
+        )
 
     def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
         p = self.profile
@@ -477,6 +516,20 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
             if rate["jobs_per_second"] == 20:
                 p99 = rate["enqueue_to_start_ms"]["p99"]
                 add("farm-4", f"enqueue->start p99, {n} workers, 20/s", p99, "<= 250", p99 <= 250, "ms")
+    peer_summary = _get(results, "peers", "summary") or {}
+    shape = f"2x{CONCURRENCY}" if f"2x{CONCURRENCY}" in peer_summary else next(iter(peer_summary), None)
+    ratios = _get(peer_summary, shape, "ratios") or {}
+    if len(ratios) == 2:
+        lowest = min(ratios.values())
+        add(
+            "10",
+            f"(1) throughput ahead of procrastinate 3.10 and pgqueuer 1.6, {shape}, medians "
+            + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()),
+            lowest,
+            "> 1.0",
+            lowest > 1.0,
+            "x",
+        )
     ratio = _get(results, "media", "ratio_median")
     if ratio is not None:
         add("6", "media: system / direct FFmpeg", ratio, "<= 1.05", ratio <= 1.05)
@@ -599,7 +652,7 @@ def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_table(report: dict) -> None:
-    from bench import failover, quality
+    from bench import failover, peers, quality
 
     results = report["results"]
     rows = (
@@ -610,6 +663,7 @@ def print_table(report: dict) -> None:
         + failover.table_rows(results.get("failover"))
         + quality.table_rows(results.get("quality"))
         + _farm_rows(results)
+        + peers.table_rows(results.get("peers"))
         + [
             (name, "ERROR", data["error"][:70])
             for name, data in results.items()
@@ -688,7 +742,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", nargs="+", metavar="NAME", help=f"run only these: {', '.join(MEASUREMENTS)}"
     )
-    parser.add_argument("--jobs", type=int, help="noop jobs per throughput run (default 5000; --quick 500)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="noop jobs per throughput and peers run (default 5000; --quick 500, peers 1000)",
+    )
     parser.add_argument(
         "--failover-repetitions",
         type=int,
