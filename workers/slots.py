@@ -158,6 +158,7 @@ class Claimer(threading.Thread):
         self.hints = 0  # cheap reads sent instead
         self._looked: dict[str, tuple[int, int] | None] = dict.fromkeys(POOL_ORDER)
         self._more = dict.fromkeys(POOL_ORDER, False)  # the last claim saw a backlog
+        self._credit = dict.fromkeys(POOL_ORDER, 0)  # notifications not yet answered by a claim
         self._next_poll = 0.0
         self._lock = threading.Lock()
         self._in_flight: Any = None  # the psycopg connection of a claim being sent
@@ -193,7 +194,9 @@ class Claimer(threading.Thread):
             now_seen = (seen[pool], seen[f"{pool}.free"])
             self._looked[pool] = now_seen
             freed = looked is not None and now_seen[1] != looked[1]
-            if looked is None or now_seen[0] != looked[0] or self._more[pool]:
+            if looked is not None:
+                self._credit[pool] += max(0, now_seen[0] - looked[0])
+            if looked is None or self._credit[pool] or self._more[pool]:
                 notified.append(pool)  # a notification, or a backlog the last claim saw: claim
             elif poll_due or freed:
                 maybe.append(pool)
@@ -247,6 +250,10 @@ class Claimer(threading.Thread):
             self._backoff.sleep(self.session.stop_claiming)
             return False
         self._backoff.reset()
+        # One claim per notification: while some are unanswered, the next free slot claims at
+        # once (a transaction that enqueued four jobs for this worker sent four); an empty claim
+        # answers them all.
+        self._credit[pool] = max(0, self._credit[pool] - 1) if task is not None else 0
         # While the claim saw more runnable work (a backlog), the next free slot claims at once;
         # once it saw none, a slot coming free asks the lock-free hint first.
         self._more[pool] = task is not None and task.more_runnable

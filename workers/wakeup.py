@@ -86,8 +86,10 @@ class Wakeup:
 
 def parse_payload(payload: str, uid: str | None) -> str | None:
     """The pool a notification wakes for worker `uid`, or None when it is not for this worker:
-    `media`, `background` (any worker) or `media:<uid>` (one worker)."""
+    `media`, `background` (any worker) or `media:<uid>#<n>` (one worker; `#<n>` only keeps the
+    notifications of one transaction apart, and a uid cannot contain `#`)."""
     pool, _, target = payload.partition(":")
+    target = target.partition("#")[0]
     if pool not in POOLS:
         return None
     if target and uid is not None and target != uid:

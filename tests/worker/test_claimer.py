@@ -155,3 +155,19 @@ def test_a_finish_that_spawns_children_fills_every_free_slot_at_once(tmp_path, e
     assert sorted(t.payload["n"] for t in claimed) == [0, 1, 2]
     assert [t.more_runnable for t in claimed] == [True, True, False]
     assert claimer.hints == 0
+
+
+def test_each_notification_is_answered_by_one_claim(tmp_path, enqueue):
+    """Four jobs enqueued in one transaction for this worker: four notifications, four claims at
+    once (the jobs are too young for the backlog flag), and no more."""
+    claimer, started = claimer_for(tmp_path, media=4)
+    claimer.step()
+    for _ in range(4):
+        enqueue("noop", {"seconds": 0})
+        claimer.session.wakeup.notify("media")
+    while claimer.step():
+        pass
+    assert len(started.tasks) == 4
+    assert [t.more_runnable for _, t in started.tasks] == [False] * 4
+    assert (claimer.claims, claimer.hints) == (6, 0)  # 2 first looks + 4 claims
+    assert claimer.step() is False and claimer.claims == 6

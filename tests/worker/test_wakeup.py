@@ -49,3 +49,13 @@ def test_a_notification_before_the_wait_is_not_lost():
     started = time.monotonic()
     assert wakeup.wait("media", seen, 5) is True
     assert time.monotonic() - started < 0.5
+
+
+def test_a_payload_names_its_pool_and_perhaps_the_one_worker_it_is_for():
+    from workers.wakeup import parse_payload
+
+    assert parse_payload("media", "w1") == "media"
+    assert parse_payload("background:w1#3", "w1") == "background"
+    assert parse_payload("media:w1#1", "w2") is None
+    assert parse_payload("media:site:a#2", "site:a") == "media"  # a uid may contain ':', never '#'
+    assert parse_payload("other:w1#1", "w1") is None

@@ -511,8 +511,11 @@ $$;
 -- Wake the worker that should claim a new task of the pool (no herd): p_worker when only it may
 -- take the task (a job's own stages, a targeted job), else one active, fresh worker with a free
 -- slot of that pool (the first of sixteen drawn at random), else every worker. The payload is '<pool>' or
--- '<pool>:<uid>'; a worker ignores notifications for other uids, so one enqueue costs about one
--- claim however many workers idle. Polling stays the correctness path: a worker that could not
+-- '<pool>:<uid>#<n>'; a worker ignores notifications for other uids, so one enqueue costs about one
+-- claim however many workers idle. <n> counts the transaction's targeted notifications: PostgreSQL
+-- folds identical notifications of one transaction into one, and a worker claims once per
+-- notification it gets, so a transaction that enqueues four jobs for one worker must reach it as
+-- four notifications, not one (the counter is a transaction-local setting: no session state). Polling stays the correctness path: a worker that could not
 -- take the task after all (its slot filled meanwhile, a category it lacks) leaves it to the next
 -- poll of any worker. Finding the worker reads queue_workers and counts the running tasks of at
 -- most sixteen of them, outside the scheduler lock.
@@ -525,6 +528,7 @@ SET jit = off
 AS $$
 DECLARE
   target text := p_worker;
+  seq int;
 BEGIN
   IF target IS NULL THEN
     -- Sixteen active workers at random, then the first of them with a free slot: the running tasks
@@ -541,7 +545,13 @@ BEGIN
                 AND q.pool = p_pool)
      LIMIT 1;
   END IF;
-  PERFORM pg_notify('jetencode_queue_tasks', p_pool || coalesce(':' || target, ''));
+  IF target IS NULL THEN
+    PERFORM pg_notify('jetencode_queue_tasks', p_pool);
+    RETURN;
+  END IF;
+  seq := coalesce(nullif(current_setting('jetencode.notify_seq', true), ''), '0')::int + 1;
+  PERFORM set_config('jetencode.notify_seq', seq::text, true);
+  PERFORM pg_notify('jetencode_queue_tasks', p_pool || ':' || target || '#' || seq);
 END
 $$;
 
