@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 import psutil
 
 from bench import db
-from bench.workers import CpuMeter, WorkerPool
+from bench.workers import CpuMeter, WorkerPool, stop_processes, tail
 
 SYSTEMS = ("jetencode", "procrastinate", "pgqueuer")
 PEER_PACKAGES = {"procrastinate": ">=3.10,<3.11", "pgqueuer": ">=1.6,<1.7"}
@@ -142,36 +141,13 @@ class _ProcessPool:
     def check_alive(self) -> None:
         for proc, path in zip(self.procs, self.logs, strict=True):
             if proc.poll() is not None:
-                raise RuntimeError(f"{self.name} worker exited with {proc.returncode}:\n{_tail(path)}")
+                raise RuntimeError(f"{self.name} worker exited with {proc.returncode}:\n{tail(path)}")
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.poll() is None]
 
     def stop(self, grace: float = 20.0) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the group this pool started
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
-        self.procs.clear()
-
-
-def _tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
+        stop_processes(self.procs, grace)
 
 
 # ---- the three systems ------------------------------------------------------------------------
@@ -314,7 +290,7 @@ class _Peer:
                 self.pool.check_alive()
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"{self.name} workers not ready after 60 s:\n{_tail(self.pool.logs[0])}"
+                        f"{self.name} workers not ready after 60 s:\n{tail(self.pool.logs[0])}"
                     )
                 time.sleep(0.1)
         time.sleep(0.5)  # LISTEN issued after the connection shows up

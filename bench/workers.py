@@ -115,29 +115,35 @@ class WorkerPool:
         return [p.pid for p in self.procs if p.poll() is None]
 
     def stop(self, grace: float = 30.0) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the group this pool started (start_new_session)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
-        self.procs.clear()
+        stop_processes(self.procs, grace)
 
     def __enter__(self) -> WorkerPool:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def stop_processes(procs: list[subprocess.Popen], grace: float) -> None:
+    """SIGTERM each process, wait up to `grace` seconds in all, then SIGKILL the process group of
+    any left (each was started with start_new_session); empties `procs`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+    procs.clear()
 
 
 def tail(path: Path, chars: int = 3000) -> str:
