@@ -132,14 +132,6 @@ def reference_sample_output(dst: Path, *, n_subsample: int, width: int, height: 
     return ["-map", "0:v:0", "-vf", chain, "-fps_mode", "passthrough", *codec, "-f", "matroska", _path(dst)]
 
 
-def decoder_threads(inputs: int, cpus: int | None) -> int:
-    """Threads for each input's decoder in a measuring run: the machine's cores shared among its
-    inputs, which FFmpeg decodes in parallel (one thread each) anyway. On the 2-core VM, four
-    inputs decoded with one thread each took 0.3-0.8 CPU-s less than with FFmpeg's frame threads
-    (5.6 -> 5.2 CPU-s) for the same scores."""
-    return max(1, int(cpus or 1) // max(1, int(inputs)))
-
-
 def measure_argv(
     reference: Path,
     scored: list[tuple[Path, Path]],
@@ -150,21 +142,18 @@ def measure_argv(
     n_subsample: int = 1,
     threads: int = VMAF_THREADS,
     reference_is_sample: bool = False,
-    decode_threads: int | None = None,
     ffmpeg: str | None = None,
 ) -> list[str]:
     """One FFmpeg run scoring every (distorted, log_path) of `scored` against `reference`: the
     reference is read once; each distorted video has a filter graph of its own (FFmpeg runs each
     graph in its own thread), is scaled to width x height (the reference's display size) and gets
     its own libvmaf instance, whose per-frame log is written as JSON to its log_path.
-    `reference_is_sample`: the reference is a reference sample, already only the frames to score.
-    `decode_threads`: threads of each input's decoder (FFmpeg's default when None)."""
+    `reference_is_sample`: the reference is a reference sample, already only the frames to score."""
     if not scored:
         raise ValueError("nothing to score")
-    threads_args = ["-threads", str(int(decode_threads))] if decode_threads else []
-    argv = base_args(ffmpeg)
-    for path in [reference, *(distorted for distorted, _ in scored)]:
-        argv += [*threads_args, "-i", _path(path)]
+    argv = base_args(ffmpeg) + ["-i", _path(reference)]
+    for distorted, _ in scored:
+        argv += ["-i", _path(distorted)]
     n = max(1, int(n_subsample))
     select, vmaf_n = _select_prefix(n), (3 if n >= 3 else n)
     reference_chain = RENUMBER if reference_is_sample else f"setpts=PTS-STARTPTS,{select}{RENUMBER}"

@@ -404,7 +404,6 @@ def _sample_scores(ffmpeg, source, tmp_path, *, size, n_subsample):
             height=size[1],
             n_subsample=n_subsample,
             reference_is_sample=kind == "sample",
-            decode_threads=1,
             ffmpeg=ffmpeg,
         )
         subprocess.run(argv, check=True, capture_output=True, timeout=60)

@@ -61,7 +61,6 @@ def measure(
         metrics=metrics,
         n_subsample=n_subsample,
         reference_is_sample=reference_is_sample,
-        decode_threads=quality.decoder_threads(1 + len(distorted), _cpus()),
     )
     run_ffmpeg(ctx, argv, duration=duration, throttle=throttle, what=what)
     try:
@@ -117,14 +116,6 @@ def finish_sample(ctx: StageContext, sample: dict | None, partial: Path | None) 
         ctx.log(
             f"reference sample: {sample['frames']} frames, {ws(ctx, sample['file']).stat().st_size} bytes"
         )
-
-
-def _cpus() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def choose_reference(ctx: StageContext, p: dict) -> tuple[Path, bool]:
