@@ -485,14 +485,16 @@ def test_the_reference_sample_is_planned_only_within_its_size_bound_and_for_soft
     assert not any(stages.is_software(e) for e in ("h264_nvenc", "hevc_vaapi", "av1_qsv"))
 
 
-def test_the_first_software_rung_writes_the_sample_and_a_hardware_ladder_none():
+def test_the_smallest_software_rung_writes_the_sample_and_a_hardware_ladder_none():
     from workers.stages.transcode import _sample_writer
 
     info = SimpleNamespace(duration_seconds=3.0, width=320, height=180, fps=25.0)
     params = SimpleNamespace(quality_metrics=["vmaf"], vmaf_subsample=None)  # of TranscodeParams
-    ladder = [{"name": "180p", "encoder": "h264_nvenc"}, {"name": "144p", "encoder": "libx264"}]
+    ladder = [{"name": "180p", "encoder": "libx264"}, {"name": "144p", "encoder": "libx264"}]
     writer, sample = _sample_writer(params, ladder, info)
     assert writer == "144p" and sample["frames"] == quality.kept_frames(75, 7)
+    mixed = [{"name": "180p", "encoder": "libx265"}, {"name": "144p", "encoder": "h264_nvenc"}]
+    assert _sample_writer(params, mixed, info)[0] == "180p"
     assert _sample_writer(params, [{"name": "180p", "encoder": "hevc_nvenc"}], info) == (None, None)
     off = SimpleNamespace(quality_metrics=[], vmaf_subsample=None)
     assert _sample_writer(off, ladder, info) == (None, None)
@@ -542,10 +544,10 @@ def test_a_transcode_scores_against_its_reference_sample_and_via_the_source_when
         moved = tmp_path / f"sample-{lost}.mkv"
         job_id, stages = _run_transcode(local_worker, params, keep_sample_at=moved if lost else None)
         assert job_status(job_id) == "completed"
-        assert logged(stages["transcode"][0], f"reference sample: {frames} frames, written by rendition 180p")
-        writer = [s for s in stages["transcode.rendition"] if s.payload["name"] == "180p"][0]
+        assert logged(stages["transcode"][0], f"reference sample: {frames} frames, written by rendition 144p")
+        writer = [s for s in stages["transcode.rendition"] if s.payload["name"] == "144p"][0]
         assert logged(writer, f"reference sample: {frames} frames, ") and logged(writer, "-c:v utvideo")
-        other = [s for s in stages["transcode.rendition"] if s.payload["name"] == "144p"][0]
+        other = [s for s in stages["transcode.rendition"] if s.payload["name"] == "180p"][0]
         assert other.payload["reference_sample"] is None
         [measuring] = stages["transcode.quality"]
         document = measuring.result["quality"]

@@ -175,11 +175,12 @@ def _n_subsample(params: TranscodeParams, info) -> int:
 
 
 def _sample_writer(params: TranscodeParams, ladder: list[dict], info) -> tuple[str | None, dict | None]:
-    """(rung name, reference sample) when measuring and the sample fits: the first rung with a
-    software encoder writes it beside its rendition; (None, None) otherwise."""
+    """(rung name, reference sample) when measuring and the sample fits, else (None, None). The
+    smallest rung with a software encoder writes it beside its rendition (the ladder runs largest
+    first): its encode is the shortest, so the sample's extra work is where there is most slack."""
     if not params.quality_metrics:
         return None, None
-    writer = next((r["name"] for r in ladder if is_software(r["encoder"])), None)
+    writer = next((r["name"] for r in reversed(ladder) if is_software(r["encoder"])), None)
     sample = plan_reference_sample(info, _n_subsample(params, info)) if writer else None
     return (writer, sample) if sample else (None, None)
 
