@@ -2,7 +2,8 @@
 
 How a rendition is measured (docs/media.md, "Measured quality"):
 - the rendition is decoded and scaled back up (bicubic) to the source's display size, the source is
-  decoded as is, both are converted to 8-bit 4:2:0 and their timestamps start at zero;
+  decoded as is, both are converted to 8-bit 4:2:0 and their timestamps start at zero (when frames
+  are selected, the kept ones are renumbered on both sides: `RENUMBER`);
 - the reference is the *reference sample* when there is one: exactly the source frames that will be
   scored, written losslessly by one software rendition encode, which decodes the whole source anyway
   (`reference_sample_output`); else the source itself, decoded again;
@@ -87,10 +88,17 @@ def _select_prefix(n_subsample: int) -> str:
     return subsample_select(n) + "," if n >= 3 else ""
 
 
-# Frames kept are renumbered 0, 1, 2... at 1/25 s so that libvmaf's framesync pairs the k-th frame of
-# the reference with the k-th of each distorted video. The time base is set first: `setpts=N/(25*TB)`
-# in a coarse time base (1/24, 1/60) rounds two frames onto one timestamp or off the 1/25 grid.
+# Frames kept by the select are renumbered 0, 1, 2... at 1/25 s so that libvmaf's framesync pairs
+# the k-th kept frame of the reference with the k-th of each distorted video. The time base is set
+# first: `setpts=N/(25*TB)` in a coarse time base (1/24, 1/60) rounds two frames onto one timestamp
+# or off the 1/25 grid. Without a select (n_subsample < 3) frames keep their timestamps, as before.
 RENUMBER = "settb=1/25,setpts=N"
+
+
+def _kept_and_renumbered(n_subsample: int) -> str:
+    """The select and the renumbering, with a trailing comma; nothing below n_subsample 3."""
+    select = _select_prefix(n_subsample)
+    return f"{select}{RENUMBER}," if select else ""
 
 
 def kept_frames(frames: int, n_subsample: int) -> int:
@@ -105,10 +113,11 @@ def kept_frames(frames: int, n_subsample: int) -> int:
     return kept
 
 
-# The reference sample (docs/media.md, "The reference sample"): written only when its raw size
-# (8-bit 4:2:0, what a lossless codec stays under) is at most this. 1 GiB covers ~8 minutes of
-# 720p or ~4 of 1080p at 25 fps and the default subsampling (3 frames every 2 s); above it the workspace would hold gigabytes
-# for a file that saves decoding, and the source is decoded instead.
+# The reference sample (docs/media.md, "The reference sample"): written only when frames are
+# selected (n_subsample >= 3) and its raw size (8-bit 4:2:0, what a lossless codec stays under) is
+# at most this. 1 GiB covers ~8 minutes of 720p or ~4 of 1080p at 25 fps and the default
+# subsampling (3 frames every 2 s); above it the workspace would hold gigabytes for a file that
+# only saves decoding, and the source is decoded instead.
 REFERENCE_SAMPLE = "quality/reference.mkv"
 REFERENCE_SAMPLE_MAX_BYTES = 1 << 30
 
@@ -126,9 +135,12 @@ def reference_sample_output(dst: Path, *, n_subsample: int, width: int, height: 
     it is not on the input whitelist, media.ffmpeg.INPUT_FORMATS). Each frame is written once
     (`-fps_mode passthrough`: no frame rate conversion). UT Video costs about a quarter of FFV1's
     CPU to write and read back (0.2 against 0.7 CPU-s for 35 frames of 720p) but needs even sizes
-    in 4:2:0; FFV1 takes the odd ones."""
+    in 4:2:0; FFV1 takes the odd ones. Only with a select (n_subsample >= 3): Matroska keeps
+    millisecond timestamps, which only renumbered frames survive exactly."""
+    if int(n_subsample) < 3:
+        raise ValueError("a reference sample needs n_subsample >= 3")
     codec = ["-c:v", "utvideo"] if int(width) % 2 == 0 and int(height) % 2 == 0 else ["-c:v", "ffv1"]
-    chain = f"setpts=PTS-STARTPTS,{_select_prefix(n_subsample)}{RENUMBER},format=yuv420p"
+    chain = f"setpts=PTS-STARTPTS,{_kept_and_renumbered(n_subsample)}format=yuv420p"
     return ["-map", "0:v:0", "-vf", chain, "-fps_mode", "passthrough", *codec, "-f", "matroska", _path(dst)]
 
 
@@ -155,8 +167,10 @@ def measure_argv(
     for distorted, _ in scored:
         argv += ["-i", _path(distorted)]
     n = max(1, int(n_subsample))
-    select, vmaf_n = _select_prefix(n), (3 if n >= 3 else n)
-    reference_chain = RENUMBER if reference_is_sample else f"setpts=PTS-STARTPTS,{select}{RENUMBER}"
+    kept, vmaf_n = _kept_and_renumbered(n), (3 if n >= 3 else n)
+    if reference_is_sample and not kept:
+        raise ValueError("a reference sample needs n_subsample >= 3")
+    reference_chain = f"{RENUMBER}," if reference_is_sample else f"setpts=PTS-STARTPTS,{kept}"
     features = libvmaf_features(metrics)
     for i, (_, log_path) in enumerate(scored):
         options = [
@@ -169,8 +183,8 @@ def measure_argv(
         if features:
             options.append(f"feature={features}")
         graph = (
-            f"[0:v:0]{reference_chain},format=yuv420p[r{i}];"
-            f"[{i + 1}:v:0]setpts=PTS-STARTPTS,{select}{RENUMBER},"
+            f"[0:v:0]{reference_chain}format=yuv420p[r{i}];"
+            f"[{i + 1}:v:0]setpts=PTS-STARTPTS,{kept}"
             f"scale={int(width)}:{int(height)}:flags=bicubic,format=yuv420p[d{i}];"
             f"[d{i}][r{i}]libvmaf={':'.join(options)}[o{i}]"
         )

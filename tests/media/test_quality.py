@@ -430,8 +430,8 @@ X264 = ["-c:v", "libx264", "-preset", "ultrafast"]
             "codec": "ffv1",
             "args": ["-vf", "format=yuv444p,crop=321:181:0:0", *X264, "-video_track_timescale", "24"],
         },
-        # every frame scored: no select
-        {"size": (322, 182), "rate": 25, "n": 1, "codec": "utvideo", "args": ["-pix_fmt", "yuv420p", *X264]},
+        # the smallest select: every frame from 2 on is in a triplet
+        {"size": (322, 182), "rate": 25, "n": 3, "codec": "utvideo", "args": ["-pix_fmt", "yuv420p", *X264]},
     ],
 )
 def test_the_reference_sample_gives_the_same_scores_as_decoding_the_source(ffmpeg, tmp_path, case):
@@ -480,6 +480,11 @@ def test_the_reference_sample_is_planned_only_within_its_size_bound_and_for_soft
     }
     # Two hours of 1080p: 10,800 frames kept, 33 GB raw: the source is decoded instead.
     assert stages.plan_reference_sample(info(7200, 1920, 1080), 50) is None
+    # Every frame or every other one scored: no select, so no sample (it would be the whole source).
+    assert stages.plan_reference_sample(info(3, 320, 180), 1) is None
+    assert stages.plan_reference_sample(info(3, 320, 180), 2) is None
+    with pytest.raises(ValueError):
+        quality.reference_sample_output(Path("/tmp/x.mkv"), n_subsample=2, width=320, height=180)
     assert quality.reference_sample_bytes(35, 1, 1280, 720) == 35 * 1280 * 720 * 3 // 2
     assert all(stages.is_software(e) for e in ("libx264", "libx265", "libaom-av1", "libsvtav1", None))
     assert not any(stages.is_software(e) for e in ("h264_nvenc", "hevc_vaapi", "av1_qsv"))

@@ -74,11 +74,12 @@ def measure(
 
 def plan_reference_sample(info, n_subsample: int) -> dict | None:
     """The reference sample a dispatch asks one software-encoded rendition to write (payload of that
-    rendition and of the quality stage), or None when its raw size would pass
-    quality.REFERENCE_SAMPLE_MAX_BYTES: then measuring decodes the source."""
+    rendition and of the quality stage), or None: then measuring decodes the source. None when every
+    or every other frame is scored (n_subsample < 3: the sample would be the whole source) or when
+    its raw size would pass quality.REFERENCE_SAMPLE_MAX_BYTES."""
     frames = int(info.duration_seconds * (info.fps or 25))
     raw = quality.reference_sample_bytes(frames, n_subsample, info.width, info.height)
-    if raw > quality.REFERENCE_SAMPLE_MAX_BYTES:
+    if int(n_subsample) < 3 or raw > quality.REFERENCE_SAMPLE_MAX_BYTES:
         return None
     return {
         "file": quality.REFERENCE_SAMPLE,
