@@ -33,7 +33,7 @@ from workers.stages.common import (
     workspace_rel,
     ws,
 )
-from workers.stages.quality import finish_sample, is_software, plan_reference_sample, sample_output
+from workers.stages.quality import is_software, plan_reference_sample, run_encode
 
 
 def safe_stem(name: str, fallback: str = "video") -> str:
@@ -120,12 +120,8 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
         size=tuple(p["size"]) if p.get("size") else None,
     )
     sample = (p.get("quality") or {}).get("reference_sample") if is_software(encoder_of(p)) else None
-    sample_args, sample_partial = sample_output(ctx, sample)
-    run_ffmpeg(
-        ctx, argv + sample_args, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode"
-    )
+    run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
     os.replace(partial, final)
-    finish_sample(ctx, sample, sample_partial)
     info = probe_media(final)
     # A second name for the same bytes: publication moves `final` out of the workspace, and
     # library.register (which runs only if this stage's finish is accepted) copies from this one.

@@ -110,13 +110,15 @@ def sample_output(ctx: StageContext, sample: dict | None) -> tuple[list[str], Pa
     return quality.reference_sample_output(partial, n_subsample=int(sample["n_subsample"]), **size), partial
 
 
-def finish_sample(ctx: StageContext, sample: dict | None, partial: Path | None) -> None:
-    """Rename the written reference sample to its final name (after its encode succeeded)."""
+def run_encode(ctx: StageContext, argv: list[str], sample: dict | None, **run: Any) -> None:
+    """Run an encode of the source (run_ffmpeg's keywords in `run`); with `sample`, the same run
+    also writes the reference sample, renamed to its final name once the run succeeded."""
+    extra, partial = sample_output(ctx, sample)
+    run_ffmpeg(ctx, argv + extra, **run)
     if sample and partial is not None:
-        os.replace(partial, ws(ctx, sample["file"]))
-        ctx.log(
-            f"reference sample: {sample['frames']} frames, {ws(ctx, sample['file']).stat().st_size} bytes"
-        )
+        final = ws(ctx, sample["file"])
+        os.replace(partial, final)
+        ctx.log(f"reference sample: {sample['frames']} frames, {final.stat().st_size} bytes")
 
 
 def choose_reference(ctx: StageContext, p: dict) -> tuple[Path, bool]:

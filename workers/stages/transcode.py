@@ -52,10 +52,9 @@ from workers.stages.quality import (
     QUALITY_DIR,
     QUALITY_JSON,
     crf_search,
-    finish_sample,
     is_software,
     plan_reference_sample,
-    sample_output,
+    run_encode,
 )
 
 RENDITIONS_DIR = "renditions"
@@ -320,15 +319,11 @@ def transcode_rendition(ctx: StageContext) -> dict:
     argv = commands.encode_video(
         src, partial, encoding=encoding, audio_kbps=int(p.get("audio_bitrate_kbps", 128)), size=size
     )
+    span = throttle.span(40.0, 100.0) if search is not None else throttle
     # This rung's run may also write the reference sample: it decodes the whole source anyway.
     sample = p.get("reference_sample") if is_software(encoder) else None
-    sample_args, sample_partial = sample_output(ctx, sample)
-    span = throttle.span(40.0, 100.0) if search is not None else throttle
-    run_ffmpeg(
-        ctx, argv + sample_args, duration=float(p["duration"]), throttle=span, what=f"rendition {name}"
-    )
+    run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=span, what=f"rendition {name}")
     os.replace(partial, final)
-    finish_sample(ctx, sample, sample_partial)
     info = probe(final)
     ctx.log(
         f"rendition {name}: {info.width}x{info.height} {encoding.codec} ({encoder}, crf {encoding.crf}), "
