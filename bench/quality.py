@@ -19,6 +19,7 @@ B. Bits saved by target_vmaf at equal measured quality. For an easy clip (testsr
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import time
@@ -108,14 +109,21 @@ def measure_cost(conn, rel: str, pairs: int, timeout: float, log) -> dict:
                 "without_seconds": without["seconds"],
                 "with_vmaf_seconds": with_vmaf["seconds"],
                 "quality_stage_seconds": with_vmaf["quality_stage_seconds"],
+                # The rendition stages of both: with VMAF one of them also writes the reference sample.
+                "rendition_stage_seconds": {
+                    "without": without["rendition_stage_seconds"],
+                    "with_vmaf": with_vmaf["rendition_stage_seconds"],
+                },
                 "n_subsample": with_vmaf["quality"]["settings"]["n_subsample"],
                 "overhead": round(overhead, 4),
+                "load_average_1m": round(os.getloadavg()[0], 2),  # how busy the machine was
             }
         )
         log(
             f"  quality cost pair {index}: without {without['seconds']:.2f}s, with VMAF "
             f"{with_vmaf['seconds']:.2f}s (+{overhead * 100:.1f} %), quality stage "
-            f"{with_vmaf['quality_stage_seconds']:.2f}s, n_subsample {runs[-1]['n_subsample']}"
+            f"{with_vmaf['quality_stage_seconds']:.2f}s, n_subsample {runs[-1]['n_subsample']}, "
+            f"load average {runs[-1]['load_average_1m']}"
         )
     return {
         "runs": runs,
@@ -207,16 +215,29 @@ def measure_savings(conn, rel: str, timeout: float, log) -> dict:
     }
 
 
+PARTS = ("cost", "savings")
+
+
 def measure(
-    url: str, workdir: Path, media_root: Path, *, clip_seconds: float, size: str, pairs: int, log=print
+    url: str,
+    workdir: Path,
+    media_root: Path,
+    *,
+    clip_seconds: float,
+    size: str,
+    pairs: int,
+    parts: tuple[str, ...] = PARTS,
+    log=print,
 ) -> dict:
+    """Part A (`cost`) and/or part B (`savings`, the long one: CRF searches on two clips)."""
     clips = {
         "cost": ("videos/quality-cost.mp4", False),
         "easy": ("videos/quality-easy.mp4", False),
         "hard": ("videos/quality-hard.mp4", True),
     }
     make_clip(media_root / clips["cost"][0], clip_seconds, size)
-    make_clip(media_root / clips["hard"][0], clip_seconds, size, noisy=True)
+    if "savings" in parts:
+        make_clip(media_root / clips["hard"][0], clip_seconds, size, noisy=True)
     clips["easy"] = clips["cost"]  # the same easy clip serves both parts
     timeout = clip_seconds * 60 + 300
     with db.connect(url) as conn:
@@ -225,16 +246,20 @@ def measure(
             url, workdir, 1, concurrency=2, poll_seconds=1.0, notify=True, uid_prefix="bench-quality"
         )
         pool.start()
+        results: dict = {
+            "clip": {"seconds": clip_seconds, "size": size, "fps": 25, "hard": f"testsrc2 + {HARD_NOISE}"},
+            "parts": list(parts),
+        }
         try:
-            cost = measure_cost(conn, clips["cost"][0], pairs, timeout, log)
-            savings = {name: measure_savings(conn, clips[name][0], timeout, log) for name in ("easy", "hard")}
+            if "cost" in parts:
+                results["cost"] = measure_cost(conn, clips["cost"][0], pairs, timeout, log)
+            if "savings" in parts:
+                results["savings"] = {
+                    name: measure_savings(conn, clips[name][0], timeout, log) for name in ("easy", "hard")
+                }
         finally:
             pool.stop()
-    return {
-        "clip": {"seconds": clip_seconds, "size": size, "fps": 25, "hard": f"testsrc2 + {HARD_NOISE}"},
-        "cost": cost,
-        "savings": savings,
-    }
+    return results
 
 
 def table_rows(results: dict | None) -> list[tuple[str, str, str]]:

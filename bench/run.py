@@ -380,6 +380,7 @@ class Runner:
             clip_seconds=p["quality_clip_seconds"],
             size=p["quality_size"],
             pairs=p["quality_pairs"],
+            parts=tuple(self.args.quality_parts or quality.PARTS),
             log=log,
         )
 
@@ -759,6 +760,14 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         metavar="N",
         help="worker processes per farm run (default 25 50 100; --quick 10 25)",
+    )
+    parser.add_argument(
+        "--quality-parts",
+        nargs="+",
+        choices=("cost", "savings"),
+        metavar="PART",
+        help="parts of the quality measurement: cost (VMAF's cost on job wall time), savings "
+        "(target_vmaf's bits saved: the long part); default both",
     )
     parser.add_argument(
         "--database",

@@ -47,6 +47,7 @@ H264_ENCODERS = ("libx264", "h264_nvenc", "h264_qsv", "h264_vaapi", "h264_videot
 HEVC_ENCODERS = ("libx265", "hevc_nvenc", "hevc_qsv", "hevc_vaapi", "hevc_videotoolbox", "hevc_amf")
 AV1_ENCODERS = ("libaom-av1", "libsvtav1", "av1_nvenc", "av1_qsv", "av1_vaapi", "av1_amf")
 SUPPORTED_ENCODERS = H264_ENCODERS + HEVC_ENCODERS + AV1_ENCODERS
+SOFTWARE_ENCODERS = ("libx264", "libx265", "libaom-av1", "libsvtav1")
 # The CRF scale of each software encoder family: x264/x265 0..51, AV1 encoders 0..63.
 MAX_CRF = {"libaom-av1": 63, "libsvtav1": 63}
 # libaom's speed (-cpu-used, 0 slowest .. 8 fastest) and SVT-AV1's preset (0..13) for an x264 preset.

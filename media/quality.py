@@ -2,8 +2,12 @@
 
 How a rendition is measured (docs/media.md, "Measured quality"):
 - the rendition is decoded and scaled back up (bicubic) to the source's display size, the source is
-  decoded as is, both are converted to 8-bit 4:2:0 and their timestamps start at zero;
-- one FFmpeg run per job decodes the source once and runs one `libvmaf` instance per rendition
+  decoded as is, both are converted to 8-bit 4:2:0 and their timestamps start at zero (when frames
+  are selected, the kept ones are renumbered on both sides: `RENUMBER`);
+- the reference is the *reference sample* when there is one: exactly the source frames that will be
+  scored, written losslessly by one software rendition encode, which decodes the whole source anyway
+  (`reference_sample_output`); else the source itself, decoded again;
+- one FFmpeg run per job reads the reference once and runs one `libvmaf` instance per rendition
   (libvmaf 2.3.0 in the shipped static build, model `vmaf_v0.6.1`), scoring every `n_subsample`-th
   frame (only the scored frames and their neighbours reach libvmaf: `subsample_select`); PSNR and SSIM, when asked for, are libvmaf's `psnr` (luma `psnr_y`)
   and `float_ssim` features in the same pass, on the same frames;
@@ -77,6 +81,69 @@ def subsample_select(n_subsample: int) -> str:
     return f"select='lt(n\\,2)+gte(n\\,{n - 1})*lt(mod(n+1\\,{n})\\,3)'"
 
 
+def _select_prefix(n_subsample: int) -> str:
+    """The `select` filter (with its trailing comma) that keeps the frames to score, or nothing when
+    every frame (n_subsample 1) or every other frame (2) is scored: libvmaf then subsamples itself."""
+    n = max(1, int(n_subsample))
+    return subsample_select(n) + "," if n >= 3 else ""
+
+
+# Frames kept by the select are renumbered 0, 1, 2... at 1/25 s so that libvmaf's framesync pairs
+# the k-th kept frame of the reference with the k-th of each distorted video. The time base is set
+# first: `setpts=N/(25*TB)` in a coarse time base (1/24, 1/60) rounds two frames onto one timestamp
+# or off the 1/25 grid. Without a select (n_subsample < 3) frames keep their timestamps, as before.
+RENUMBER = "settb=1/25,setpts=N"
+
+
+def _kept_and_renumbered(n_subsample: int) -> str:
+    """The select and the renumbering, with a trailing comma; nothing below n_subsample 3."""
+    select = _select_prefix(n_subsample)
+    return f"{select}{RENUMBER}," if select else ""
+
+
+def kept_frames(frames: int, n_subsample: int) -> int:
+    """How many of `frames` frames `_select_prefix` keeps: all of them below n_subsample 3, else
+    frames 0 and 1 and each k-1, k, k+1 around every n-th frame k."""
+    n = max(1, int(n_subsample))
+    if n < 3:
+        return max(0, frames)
+    kept = min(max(0, frames), 2)
+    for k in range(n, frames + 1, n):
+        kept += sum(1 for f in (k - 1, k, k + 1) if f < frames)
+    return kept
+
+
+# The reference sample (docs/media.md, "The reference sample"): written only when frames are
+# selected (n_subsample >= 3) and its raw size (8-bit 4:2:0, what a lossless codec stays under) is
+# at most this. 1 GiB covers ~8 minutes of 720p or ~4 of 1080p at 25 fps and the default
+# subsampling (3 frames every 2 s); above it the workspace would hold gigabytes for a file that
+# only saves decoding, and the source is decoded instead.
+REFERENCE_SAMPLE = "quality/reference.mkv"
+REFERENCE_SAMPLE_MAX_BYTES = 1 << 30
+
+
+def reference_sample_bytes(frames: int, n_subsample: int, width: int, height: int) -> int:
+    """The raw size of the frames a reference sample holds: an upper bound of the file's size."""
+    plane = int(width) * int(height)
+    chroma = 2 * ((int(width) + 1) // 2) * ((int(height) + 1) // 2)
+    return kept_frames(frames, n_subsample) * (plane + chroma)
+
+
+def reference_sample_output(dst: Path, *, n_subsample: int, width: int, height: int) -> list[str]:
+    """Arguments that give an encode of the source a second output: the frames measuring will score
+    (the same select, 8-bit 4:2:0, renumbered), lossless, in Matroska (NUT would do as well, but
+    it is not on the input whitelist, media.ffmpeg.INPUT_FORMATS). Each frame is written once
+    (`-fps_mode passthrough`: no frame rate conversion). UT Video costs about a quarter of FFV1's
+    CPU to write and read back (0.2 against 0.7 CPU-s for 35 frames of 720p) but needs even sizes
+    in 4:2:0; FFV1 takes the odd ones. Only with a select (n_subsample >= 3): Matroska keeps
+    millisecond timestamps, which only renumbered frames survive exactly."""
+    if int(n_subsample) < 3:
+        raise ValueError("a reference sample needs n_subsample >= 3")
+    codec = ["-c:v", "utvideo"] if int(width) % 2 == 0 and int(height) % 2 == 0 else ["-c:v", "ffv1"]
+    chain = f"setpts=PTS-STARTPTS,{_kept_and_renumbered(n_subsample)}format=yuv420p"
+    return ["-map", "0:v:0", "-vf", chain, "-fps_mode", "passthrough", *codec, "-f", "matroska", _path(dst)]
+
+
 def measure_argv(
     reference: Path,
     scored: list[tuple[Path, Path]],
@@ -86,19 +153,24 @@ def measure_argv(
     metrics: list[str] | tuple[str, ...] = ("vmaf",),
     n_subsample: int = 1,
     threads: int = VMAF_THREADS,
+    reference_is_sample: bool = False,
     ffmpeg: str | None = None,
 ) -> list[str]:
     """One FFmpeg run scoring every (distorted, log_path) of `scored` against `reference`: the
-    reference is decoded once; each distorted video has a filter graph of its own (FFmpeg runs each
+    reference is read once; each distorted video has a filter graph of its own (FFmpeg runs each
     graph in its own thread), is scaled to width x height (the reference's display size) and gets
-    its own libvmaf instance, whose per-frame log is written as JSON to its log_path."""
+    its own libvmaf instance, whose per-frame log is written as JSON to its log_path.
+    `reference_is_sample`: the reference is a reference sample, already only the frames to score."""
     if not scored:
         raise ValueError("nothing to score")
     argv = base_args(ffmpeg) + ["-i", _path(reference)]
     for distorted, _ in scored:
         argv += ["-i", _path(distorted)]
     n = max(1, int(n_subsample))
-    select, vmaf_n = (subsample_select(n) + ",", 3) if n >= 3 else ("", n)
+    kept, vmaf_n = _kept_and_renumbered(n), (3 if n >= 3 else n)
+    if reference_is_sample and not kept:
+        raise ValueError("a reference sample needs n_subsample >= 3")
+    reference_chain = f"{RENUMBER}," if reference_is_sample else f"setpts=PTS-STARTPTS,{kept}"
     features = libvmaf_features(metrics)
     for i, (_, log_path) in enumerate(scored):
         options = [
@@ -111,9 +183,9 @@ def measure_argv(
         if features:
             options.append(f"feature={features}")
         graph = (
-            f"[0:v:0]setpts=PTS-STARTPTS,{select}format=yuv420p[r{i}];"
-            f"[{i + 1}:v:0]setpts=PTS-STARTPTS,{select}scale={int(width)}:{int(height)}:flags=bicubic,"
-            f"format=yuv420p[d{i}];"
+            f"[0:v:0]{reference_chain}format=yuv420p[r{i}];"
+            f"[{i + 1}:v:0]setpts=PTS-STARTPTS,{kept}"
+            f"scale={int(width)}:{int(height)}:flags=bicubic,format=yuv420p[d{i}];"
             f"[d{i}][r{i}]libvmaf={':'.join(options)}[o{i}]"
         )
         argv += ["-filter_complex", graph]
@@ -203,14 +275,18 @@ def video_bitrate_kbps(path: Path) -> float:
     return round(total * 8 / seconds / 1000, 1) if seconds > 0 else 0.0
 
 
-def settings_record(metrics: list[str], n_subsample: int, libvmaf_version: str, ffmpeg_version: str) -> dict:
-    """What quality.json says about how it was measured."""
+def settings_record(
+    metrics: list[str], n_subsample: int, libvmaf_version: str, ffmpeg_version: str, reference: str = "source"
+) -> dict:
+    """What quality.json says about how it was measured. `reference`: "sample" (the reference sample
+    a rendition encode wrote) or "source" (the source decoded again); the scores are the same."""
     return {
         "metrics": list(metrics),
         "vmaf_model": VMAF_MODEL,
         "libvmaf_version": libvmaf_version,
         "ffmpeg_version": ffmpeg_version,
         "n_subsample": n_subsample,
+        "reference": reference,
         "scaling": "rendition upscaled (bicubic) to the source display size; both as yuv420p",
         "pooling": "vmaf: mean of frame scores; vmaf_p5: 5th percentile of frame scores",
         "psnr": "libvmaf psnr_y (luma), mean over scored frames" if "psnr" in metrics else None,

@@ -7,6 +7,8 @@ on the same files, with a command line built here, not by media/quality.py.
 import json
 import re
 import subprocess
+from pathlib import Path
+from types import SimpleNamespace
 
 import av
 import pytest
@@ -370,3 +372,219 @@ def test_reencode_streaming_below_the_gate_publishes_nothing_and_registers_nothi
     assert isinstance(error, PermanentFailure) and "rendition a measured VMAF" in str(error)
     assert job_status(job_id) == "failed"
     assert roots.published_files(job_id) == [] and MediaAsset.objects.count() == 0
+
+
+# --- the reference sample ----------------------------------------------------------------------
+
+
+def _sample_scores(ffmpeg, source, tmp_path, *, size, n_subsample):
+    """Two renditions of `source`, the first encode also writing the reference sample; each scored
+    against the sample and against the source. (per-frame VMAF by sample, by source, sample path)."""
+    renditions = []
+    sample = tmp_path / "reference.mkv"
+    for i, short in enumerate((144, 90)):
+        out = tmp_path / f"r{short}.mp4"
+        encoding = commands.VideoEncoding("libx264", "ultrafast", 30)
+        argv = commands.encode_video(
+            source, out, encoding=encoding, size=commands.fit_short_side(*size, short), ffmpeg=ffmpeg
+        )
+        if i == 0:
+            argv += quality.reference_sample_output(
+                sample, n_subsample=n_subsample, width=size[0], height=size[1]
+            )
+        subprocess.run(argv, check=True, capture_output=True, timeout=60)
+        renditions.append(out)
+    frames = {}
+    for kind, reference in (("sample", sample), ("source", source)):
+        scored = [(r, tmp_path / f"{kind}-{r.stem}.json") for r in renditions]
+        argv = quality.measure_argv(
+            reference,
+            scored,
+            width=size[0],
+            height=size[1],
+            n_subsample=n_subsample,
+            reference_is_sample=kind == "sample",
+            ffmpeg=ffmpeg,
+        )
+        subprocess.run(argv, check=True, capture_output=True, timeout=60)
+        frames[kind] = [
+            [f["metrics"]["vmaf"] for f in json.loads(log.read_text())["frames"]] for _, log in scored
+        ]
+    return frames["sample"], frames["source"], sample
+
+
+X264 = ["-c:v", "libx264", "-preset", "ultrafast"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # 25 fps, even size: UT Video; n 5 keeps triplets
+        {"size": (322, 182), "rate": 25, "n": 5, "codec": "utvideo", "args": ["-pix_fmt", "yuv420p", *X264]},
+        # 24 fps in a 1/24 time base (renumbering must not merge two frames), an odd size (FFV1) and
+        # 4:4:4 (the sample and the source-decoding path convert to 4:2:0 alike)
+        {
+            "size": (321, 181),
+            "rate": 24,
+            "n": 4,
+            "codec": "ffv1",
+            "args": ["-vf", "format=yuv444p,crop=321:181:0:0", *X264, "-video_track_timescale", "24"],
+        },
+        # the smallest select: every frame from 2 on is in a triplet
+        {"size": (322, 182), "rate": 25, "n": 3, "codec": "utvideo", "args": ["-pix_fmt", "yuv420p", *X264]},
+    ],
+)
+def test_the_reference_sample_gives_the_same_scores_as_decoding_the_source(ffmpeg, tmp_path, case):
+    source = tmp_path / "source.mp4"
+    subprocess.run(
+        [ffmpeg, "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi"]
+        + ["-i", f"testsrc2=size=322x182:rate={case['rate']}:duration=2"]
+        + case["args"]
+        + [str(source)],
+        check=True,
+        timeout=60,
+    )
+    by_sample, by_source, sample = _sample_scores(
+        ffmpeg, source, tmp_path, size=case["size"], n_subsample=case["n"]
+    )
+    frames = 2 * case["rate"]
+    with av.open(str(sample)) as container:
+        assert container.streams.video[0].codec_context.name == case["codec"]
+        assert sum(1 for _ in container.decode(video=0)) == quality.kept_frames(frames, case["n"])
+    scored = len(range(0, frames, case["n"]))
+    for a, b in zip(by_sample, by_source, strict=True):
+        assert len(a) == len(b) == scored
+        assert a == pytest.approx(b, abs=0.01)
+
+
+def test_kept_frames_counts_what_the_select_keeps():
+    assert quality.kept_frames(500, 42) == 35  # 0, 1 and 11 triplets (41-43 ... 461-463)
+    assert quality.kept_frames(75, 7) == 32
+    assert quality.kept_frames(10, 5) == 2 + 3 + 1  # the last triplet is cut short: 9, 10, 11 -> 9
+    assert quality.kept_frames(10, 2) == 10 and quality.kept_frames(10, 1) == 10
+
+
+def test_the_reference_sample_is_planned_only_within_its_size_bound_and_for_software_encoders():
+    from workers.stages import quality as stages
+
+    def info(seconds, width, height):  # what the planner reads of media.probe.MediaInfo
+        return SimpleNamespace(duration_seconds=seconds, width=width, height=height, fps=25.0)
+
+    short = stages.plan_reference_sample(info(20, 1280, 720), 42)
+    assert short == {
+        "file": quality.REFERENCE_SAMPLE,
+        "n_subsample": 42,
+        "frames": 35,
+        "width": 1280,
+        "height": 720,
+    }
+    # Two hours of 1080p: 10,800 frames kept, 33 GB raw: the source is decoded instead.
+    assert stages.plan_reference_sample(info(7200, 1920, 1080), 50) is None
+    # Every frame or every other one scored: no select, so no sample (it would be the whole source).
+    assert stages.plan_reference_sample(info(3, 320, 180), 1) is None
+    assert stages.plan_reference_sample(info(3, 320, 180), 2) is None
+    with pytest.raises(ValueError):
+        quality.reference_sample_output(Path("/tmp/x.mkv"), n_subsample=2, width=320, height=180)
+    assert quality.reference_sample_bytes(35, 1, 1280, 720) == 35 * 1280 * 720 * 3 // 2
+    assert all(stages.is_software(e) for e in ("libx264", "libx265", "libaom-av1", "libsvtav1", None))
+    assert not any(stages.is_software(e) for e in ("h264_nvenc", "hevc_vaapi", "av1_qsv"))
+
+
+def test_the_smallest_software_rung_writes_the_sample_and_a_hardware_ladder_none():
+    from workers.stages.transcode import _sample_writer
+
+    info = SimpleNamespace(duration_seconds=3.0, width=320, height=180, fps=25.0)
+    params = SimpleNamespace(quality_metrics=["vmaf"], vmaf_subsample=None)  # of TranscodeParams
+    ladder = [{"name": "180p", "encoder": "libx264"}, {"name": "144p", "encoder": "libx264"}]
+    writer, sample = _sample_writer(params, ladder, info)
+    assert writer == "144p" and sample["frames"] == quality.kept_frames(75, 7)
+    mixed = [{"name": "180p", "encoder": "libx265"}, {"name": "144p", "encoder": "h264_nvenc"}]
+    assert _sample_writer(params, mixed, info)[0] == "180p"
+    assert _sample_writer(params, [{"name": "180p", "encoder": "hevc_nvenc"}], info) == (None, None)
+    off = SimpleNamespace(quality_metrics=[], vmaf_subsample=None)
+    assert _sample_writer(off, ladder, info) == (None, None)
+
+
+def logged(stage, text: str) -> bool:
+    """Whether a line of the stage's log (each stored with a timestamp in front) contains `text`."""
+    return any(text in line for line in stage.logs())
+
+
+def _run_transcode(worker, params, *, keep_sample_at: Path | None):
+    """A transcode, stage by stage; with `keep_sample_at` the reference sample is moved there just
+    before the quality stage runs (a workspace that lost it). (job id, stages by type)."""
+    job_id = worker.submit("transcode", params)
+    stages = {}
+    while (stage := worker.next_stage()) is not None:
+        if stage.task_type == "transcode.quality" and keep_sample_at is not None:
+            (stage.workspace / quality.REFERENCE_SAMPLE).rename(keep_sample_at)
+        stage.execute()
+        stages.setdefault(stage.task_type, []).append(stage)
+    return job_id, stages
+
+
+def _mean_vmaf(ffmpeg, reference, renditions, tmp_path, *, is_sample: bool, n_subsample: int) -> list[float]:
+    """The renditions scored against `reference` by measure_argv, outside any job."""
+    scored = [(r, tmp_path / f"again-{r.stem}.json") for r in renditions]
+    argv = quality.measure_argv(
+        reference,
+        scored,
+        width=320,
+        height=180,
+        n_subsample=n_subsample,
+        reference_is_sample=is_sample,
+        ffmpeg=ffmpeg,
+    )
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    return [quality.parse_log(log).vmaf for _, log in scored]
+
+
+def test_a_transcode_scores_against_its_reference_sample_and_via_the_source_when_it_is_missing(
+    local_worker, roots, clips, ffmpeg, tmp_path
+):
+    rel = roots.add(clips.landscape, "a.mp4")
+    params = {"input": rel, "ladder": [{"height": 180}, {"height": 144}], **FAST}
+    frames = quality.kept_frames(75, 7)  # 3 s at 25 fps, every 7th frame scored
+    for lost in (False, True):
+        moved = tmp_path / f"sample-{lost}.mkv"
+        job_id, stages = _run_transcode(local_worker, params, keep_sample_at=moved if lost else None)
+        assert job_status(job_id) == "completed"
+        assert logged(stages["transcode"][0], f"reference sample: {frames} frames, written by rendition 144p")
+        writer = [s for s in stages["transcode.rendition"] if s.payload["name"] == "144p"][0]
+        assert logged(writer, f"reference sample: {frames} frames, ") and logged(writer, "-c:v utvideo")
+        other = [s for s in stages["transcode.rendition"] if s.payload["name"] == "180p"][0]
+        assert other.payload["reference_sample"] is None
+        [measuring] = stages["transcode.quality"]
+        document = measuring.result["quality"]
+        assert all(r["frames_scored"] == 11 for r in document["renditions"])
+        renditions = [measuring.workspace / f"renditions/{r['name']}.mp4" for r in document["renditions"]]
+        if lost:
+            assert logged(
+                measuring, "reference: quality/reference.mkv is missing; decoding the source instead"
+            )
+            assert logged(measuring, "reference: source (decoded)")
+            assert document["settings"]["reference"] == "source"
+            # The same files against the sample the encode wrote: the same scores.
+            again = _mean_vmaf(ffmpeg, moved, renditions, tmp_path, is_sample=True, n_subsample=7)
+        else:
+            assert logged(measuring, f"reference: sample of {frames} frames (quality/reference.mkv)")
+            assert not logged(measuring, "reference: source (decoded)")
+            assert document["settings"]["reference"] == "sample"
+            again = _mean_vmaf(ffmpeg, clips.landscape, renditions, tmp_path, is_sample=False, n_subsample=7)
+        assert [r["vmaf"] for r in document["renditions"]] == pytest.approx(again, abs=0.01)
+
+
+def test_reencode_streaming_scores_against_the_sample_its_encode_wrote(
+    local_worker, roots, clips, ffmpeg, tmp_path
+):
+    rel = roots.add(clips.landscape, "inbox/a.mp4")
+    params = {"input": rel, "max_height": 144, "preset": "ultrafast"}
+    run = local_worker.run_job("reencode_streaming", params)
+    assert job_status(run.job_id) == "completed"
+    [encode] = run.of("reencode_streaming.encode")
+    assert logged(encode, "reference sample: 32 frames, ")
+    [measuring] = run.of("reencode_streaming.quality")
+    assert logged(measuring, "reference: sample of 32 frames (quality/reference.mkv)")
+    [entry] = measuring.result["quality"]["renditions"]
+    direct = libvmaf_directly(ffmpeg, run.output_dir / "a.mp4", clips.landscape, (320, 180), tmp_path)
+    assert entry["vmaf"] == pytest.approx(direct["vmaf"], abs=2.0)  # 11 of 75 frames against all

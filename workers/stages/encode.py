@@ -33,6 +33,7 @@ from workers.stages.common import (
     workspace_rel,
     ws,
 )
+from workers.stages.quality import is_software, plan_reference_sample, run_encode
 
 
 def safe_stem(name: str, fallback: str = "video") -> str:
@@ -57,13 +58,18 @@ def reencode_streaming(ctx: StageContext) -> dict:
     measuring = None
     if params.quality_metrics:
         frames = int(info.duration_seconds * (info.fps or 25))
+        n_subsample = quality.n_subsample_for(frames, info.fps, params.vmaf_subsample)
+        # A software encode also writes the frames to score, so measuring need not decode the
+        # source again (workers/stages/quality.py, "the reference sample").
+        sample = plan_reference_sample(info, n_subsample) if is_software(choice.encoder) else None
         measuring = {
             "reference": workspace_rel(ctx, staged),
+            "reference_sample": sample,
             "source_width": info.width,
             "source_height": info.height,
             "metrics": list(params.quality_metrics),
             "min_vmaf": params.min_vmaf,
-            "n_subsample": quality.n_subsample_for(frames, info.fps, params.vmaf_subsample),
+            "n_subsample": n_subsample,
         }
     ctx.spawn_child(
         child(
@@ -113,7 +119,8 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
         audio_kbps=int(p["audio_bitrate_kbps"]),
         size=tuple(p["size"]) if p.get("size") else None,
     )
-    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
+    sample = (p.get("quality") or {}).get("reference_sample") if is_software(encoder_of(p)) else None
+    run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
     os.replace(partial, final)
     info = probe_media(final)
     # A second name for the same bytes: publication moves `final` out of the workspace, and
@@ -134,7 +141,12 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
     if p.get("quality"):
         # Measured (and gated) before anything is published: the quality stage publishes.
         rendition = {"name": Path(name).stem, "file": workspace_rel(ctx, final), "encoder": encoder_of(p)}
-        payload = {**p["quality"], "renditions": [rendition], "duration": p["duration"]}
+        payload = {
+            **p["quality"],
+            "reference_sample": sample,
+            "renditions": [rendition],
+            "duration": p["duration"],
+        }
         payload.update({"output_name": name, "register": register})
         ctx.spawn_child(child("reencode_streaming.quality", payload, duration=p["duration"]))
     else:

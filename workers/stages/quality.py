@@ -43,9 +43,11 @@ def measure(
     duration: float | None,
     throttle: ProgressThrottle | None,
     what: str,
+    reference_is_sample: bool = False,
 ) -> list[quality.Scores]:
     """One libvmaf pass over every file of `distorted` through ctx.run (progress, cancellation,
-    stall watchdog); the scores of each, pooled here, in order."""
+    stall watchdog); the scores of each, pooled here, in order. `reference_is_sample`: `reference`
+    is a reference sample (quality.reference_sample_output), not the source."""
     log_dir = Path(ctx.workspace) / QUALITY_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
     logs = [log_dir / f"{path.stem}.vmaf.json" for path in distorted]
@@ -58,12 +60,79 @@ def measure(
         height=size[1],
         metrics=metrics,
         n_subsample=n_subsample,
+        reference_is_sample=reference_is_sample,
     )
     run_ffmpeg(ctx, argv, duration=duration, throttle=throttle, what=what)
     try:
         return [quality.parse_log(log) for log in logs]
     except (OSError, ValueError, KeyError) as exc:
         raise RuntimeError(f"{what}: unreadable libvmaf log: {exc}") from exc
+
+
+# --- the reference sample ----------------------------------------------------------------------
+
+
+def plan_reference_sample(info, n_subsample: int) -> dict | None:
+    """The reference sample a dispatch asks one software-encoded rendition to write (payload of that
+    rendition and of the quality stage), or None: then measuring decodes the source. None when every
+    or every other frame is scored (n_subsample < 3: the sample would be the whole source) or when
+    its raw size would pass quality.REFERENCE_SAMPLE_MAX_BYTES."""
+    frames = int(info.duration_seconds * (info.fps or 25))
+    raw = quality.reference_sample_bytes(frames, n_subsample, info.width, info.height)
+    if int(n_subsample) < 3 or raw > quality.REFERENCE_SAMPLE_MAX_BYTES:
+        return None
+    return {
+        "file": quality.REFERENCE_SAMPLE,
+        "n_subsample": int(n_subsample),
+        "frames": quality.kept_frames(frames, n_subsample),
+        "width": int(info.width),
+        "height": int(info.height),
+    }
+
+
+def is_software(encoder: str | None) -> bool:
+    """A CPU encoder, whose FFmpeg run may write the reference sample. Never a hardware one: its
+    run is placed and sized for the device (GPU category) and its chain may end there (VAAPI
+    hwupload); the sample is CPU work on CPU-decoded frames."""
+    return (encoder or "libx264") in commands.SOFTWARE_ENCODERS
+
+
+def sample_output(ctx: StageContext, sample: dict | None) -> tuple[list[str], Path | None]:
+    """(extra FFmpeg output arguments, partial file) that make an encode of the source also write
+    the reference sample, to its partial name; ([], None) when this encode writes none."""
+    if not sample:
+        return [], None
+    final = ws(ctx, sample["file"])
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = partial_path(final)
+    partial.unlink(missing_ok=True)
+    size = {"width": int(sample["width"]), "height": int(sample["height"])}
+    return quality.reference_sample_output(partial, n_subsample=int(sample["n_subsample"]), **size), partial
+
+
+def run_encode(ctx: StageContext, argv: list[str], sample: dict | None, **run: Any) -> None:
+    """Run an encode of the source (run_ffmpeg's keywords in `run`); with `sample`, the same run
+    also writes the reference sample, renamed to its final name once the run succeeded."""
+    extra, partial = sample_output(ctx, sample)
+    run_ffmpeg(ctx, argv + extra, **run)
+    if sample and partial is not None:
+        final = ws(ctx, sample["file"])
+        os.replace(partial, final)
+        ctx.log(f"reference sample: {sample['frames']} frames, {final.stat().st_size} bytes")
+
+
+def choose_reference(ctx: StageContext, p: dict) -> tuple[Path, bool]:
+    """(reference, is_sample): the reference sample a rendition encode wrote when the payload names
+    one and it is in the workspace, else the source, decoded again. Says which in the stage log."""
+    sample = p.get("reference_sample")
+    if sample:
+        path = ws(ctx, sample["file"])
+        if path.exists():
+            ctx.log(f"reference: sample of {int(sample['frames'])} frames ({sample['file']})")
+            return path, True
+        ctx.log(f"reference: {sample['file']} is missing; decoding the source instead")
+    ctx.log("reference: source (decoded)")
+    return ws(ctx, p["reference"]), False
 
 
 def _entry(p: dict, rendition: dict, path: Path, scores: quality.Scores) -> dict[str, Any]:
@@ -93,6 +162,23 @@ def _entry(p: dict, rendition: dict, path: Path, scores: quality.Scores) -> dict
     return entry
 
 
+def _log_entry(ctx: StageContext, entry: dict, score: quality.Scores) -> None:
+    ctx.log(
+        f"quality {entry['name']}: "
+        + ", ".join(
+            f"{k} {entry[k]}" for k in ("vmaf", "vmaf_p5", "psnr_db", "ssim", "bitrate_kbps") if k in entry
+        )
+        + f" ({score.frames} frames scored, encoder {entry['encoder']})"
+    )
+
+
+def _write_document(ctx: StageContext, document: dict) -> None:
+    out = Path(ctx.workspace) / QUALITY_DIR / QUALITY_JSON
+    partial = partial_path(out)
+    partial.write_text(json.dumps(document, indent=2, sort_keys=True))
+    os.replace(partial, out)
+
+
 def measure_all(ctx: StageContext, p: dict) -> dict[str, Any]:
     """Score every rendition of payload `p` in one pass; apply the gate; write quality/quality.json.
     Returns the quality document."""
@@ -105,9 +191,10 @@ def measure_all(ctx: StageContext, p: dict) -> dict[str, Any]:
         paths.append(path)
     started = time.monotonic()
     ctx.check_cancelled()
+    reference, is_sample = choose_reference(ctx, p)
     scores = measure(
         ctx,
-        ws(ctx, p["reference"]),
+        reference,
         paths,
         size=(int(p["source_width"]), int(p["source_height"])),
         metrics=list(p["metrics"]),
@@ -115,24 +202,19 @@ def measure_all(ctx: StageContext, p: dict) -> dict[str, Any]:
         duration=float(p.get("duration") or 0) or None,
         throttle=throttle_for(ctx),
         what="quality " + ", ".join(str(r["name"]) for r in renditions),
+        reference_is_sample=is_sample,
     )
     entries = []
     for rendition, path, score in zip(renditions, paths, scores, strict=True):
-        entry = _entry(p, rendition, path, score)
-        entries.append(entry)
-        ctx.log(
-            f"quality {entry['name']}: "
-            + ", ".join(
-                f"{k} {entry[k]}"
-                for k in ("vmaf", "vmaf_p5", "psnr_db", "ssim", "bitrate_kbps")
-                if k in entry
-            )
-            + f" ({score.frames} frames scored, encoder {entry['encoder']})"
-        )
+        entries.append(_entry(p, rendition, path, score))
+        _log_entry(ctx, entries[-1], score)
     version = scores[0].libvmaf_version
+    reference_kind = "sample" if is_sample else "source"
     document = {
         "renditions": entries,
-        "settings": quality.settings_record(p["metrics"], int(p["n_subsample"]), version, ffmpeg_version()),
+        "settings": quality.settings_record(
+            p["metrics"], int(p["n_subsample"]), version, ffmpeg_version(), reference_kind
+        ),
         "target_vmaf": p.get("target_vmaf"),
         "min_vmaf": p.get("min_vmaf"),
         "measure_seconds": round(time.monotonic() - started, 2),
@@ -145,10 +227,7 @@ def measure_all(ctx: StageContext, p: dict) -> dict[str, Any]:
         ctx.log(
             f"target_vmaf {p['target_vmaf']} not reached by: {', '.join(flagged)} (flagged in quality.json)"
         )
-    out = Path(ctx.workspace) / QUALITY_DIR / QUALITY_JSON
-    partial = partial_path(out)
-    partial.write_text(json.dumps(document, indent=2, sort_keys=True))
-    os.replace(partial, out)
+    _write_document(ctx, document)
     return document
 
 

@@ -48,7 +48,14 @@ from workers.stages.common import (
     workspace_rel,
     ws,
 )
-from workers.stages.quality import QUALITY_DIR, QUALITY_JSON, crf_search
+from workers.stages.quality import (
+    QUALITY_DIR,
+    QUALITY_JSON,
+    crf_search,
+    is_software,
+    plan_reference_sample,
+    run_encode,
+)
 
 RENDITIONS_DIR = "renditions"
 HLS_DIR = "hls"
@@ -93,6 +100,7 @@ def _rendition_child(
     staged_rel: str,
     choice: ResourceChoice,
     info,
+    sample: dict | None = None,
 ) -> ChildSpec:
     width, height = size
     payload = {
@@ -108,6 +116,7 @@ def _rendition_child(
         "crf": crf_for_codec(rung["codec"], params.crf),
         "audio_bitrate_kbps": params.audio_bitrate_kbps,
         "duration": info.duration_seconds,
+        "reference_sample": sample,
     }
     if params.target_vmaf is not None:
         payload.update(
@@ -158,15 +167,34 @@ def _package_child(params: TranscodeParams, ladder: list[dict], duration: float)
     )
 
 
-def _quality_child(params: TranscodeParams, ladder: list[dict], staged_rel: str, info) -> ChildSpec:
+def _n_subsample(params: TranscodeParams, info) -> int:
+    return quality.n_subsample_for(
+        int(info.duration_seconds * (info.fps or 25)), info.fps, params.vmaf_subsample
+    )
+
+
+def _sample_writer(params: TranscodeParams, ladder: list[dict], info) -> tuple[str | None, dict | None]:
+    """(rung name, reference sample) when measuring and the sample fits, else (None, None). The
+    smallest rung with a software encoder writes it beside its rendition (the ladder runs largest
+    first): its encode is the shortest, so the sample's extra work is where there is most slack."""
+    if not params.quality_metrics:
+        return None, None
+    writer = next((r["name"] for r in reversed(ladder) if is_software(r["encoder"])), None)
+    sample = plan_reference_sample(info, _n_subsample(params, info)) if writer else None
+    return (writer, sample) if sample else (None, None)
+
+
+def _quality_child(
+    params: TranscodeParams, ladder: list[dict], staged_rel: str, info, sample: dict | None
+) -> ChildSpec:
     """Scoring once every rendition is done (media pool, cpu: libvmaf is CPU work); it spawns the
     package, so a failed gate stops the job before anything is packaged or published."""
     duration = info.duration_seconds
-    frames = int(duration * (info.fps or 25))
     return child(
         "transcode.quality",
         {
             "reference": staged_rel,
+            "reference_sample": sample,
             "source_width": info.width,
             "source_height": info.height,
             "renditions": [
@@ -182,7 +210,7 @@ def _quality_child(params: TranscodeParams, ladder: list[dict], staged_rel: str,
             "metrics": list(params.quality_metrics),
             "min_vmaf": params.min_vmaf,
             "target_vmaf": params.target_vmaf,
-            "n_subsample": quality.n_subsample_for(frames, info.fps, params.vmaf_subsample),
+            "n_subsample": _n_subsample(params, info),
             "duration": duration,
             "package": _package_payload(params, ladder, duration),
         },
@@ -209,15 +237,25 @@ def transcode(ctx: StageContext) -> dict:
     staged_rel = workspace_rel(ctx, staged)
     duration = info.duration_seconds
     codecs = {r.height: r.codec for r in params.ladder or [] if r.codec}
+    placed = []
     for rung in ladder:
         size = commands.fit_short_side(info.width, info.height, rung["height"])
         rung["resolution"] = f"{size[0]}x{size[1]}"
         rung["codec"] = codecs.get(rung["height"], params.codec)
         rung["encoder"], rung_choice = rung_encoding(ctx, rung["codec"], choice)
-        ctx.spawn_child(_rendition_child(params, rung, size, staged_rel, rung_choice, info))
+        placed.append((rung, size, rung_choice))
+    writer, sample = _sample_writer(params, ladder, info)
+    for rung, size, rung_choice in placed:
+        mine = sample if rung["name"] == writer else None
+        ctx.spawn_child(_rendition_child(params, rung, size, staged_rel, rung_choice, info, mine))
     ctx.spawn_child(_thumbnail_child(params, staged_rel, duration))
     if params.quality_metrics:
-        ctx.spawn_child(_quality_child(params, ladder, staged_rel, info))
+        ctx.log(
+            f"reference sample: {sample['frames']} frames, written by rendition {writer}"
+            if sample
+            else "reference sample: none (no software-encoded rung, or too big); measuring decodes the source"
+        )
+        ctx.spawn_child(_quality_child(params, ladder, staged_rel, info, sample))
     else:
         ctx.spawn_child(_package_child(params, ladder, duration))
     ctx.progress(100.0)
@@ -282,7 +320,9 @@ def transcode_rendition(ctx: StageContext) -> dict:
         src, partial, encoding=encoding, audio_kbps=int(p.get("audio_bitrate_kbps", 128)), size=size
     )
     span = throttle.span(40.0, 100.0) if search is not None else throttle
-    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=span, what=f"rendition {name}")
+    # This rung's run may also write the reference sample: it decodes the whole source anyway.
+    sample = p.get("reference_sample") if is_software(encoder) else None
+    run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=span, what=f"rendition {name}")
     os.replace(partial, final)
     info = probe(final)
     ctx.log(
