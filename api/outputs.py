@@ -29,7 +29,7 @@ from ninja import Router
 
 from api.errors import AUTH_ERRORS, responses
 from media.paths import UnsafePathError, check_output_name, job_output_dir
-from media.storage import content_type
+from media.storage import content_type, read_range
 from scheduler import queries
 from scheduler.models import JobOutput
 from scheduler.repository import JobNotFound
@@ -144,17 +144,6 @@ def _range_applies(request: HttpRequest, etag: str, modified: float) -> bool:
     return since is not None and int(modified) == since
 
 
-def _body(path: Path, start: int, length: int):
-    with path.open("rb") as handle:
-        handle.seek(start)
-        while length > 0:
-            chunk = handle.read(min(CHUNK, length))
-            if not chunk:
-                return
-            length -= len(chunk)
-            yield chunk
-
-
 def serve_local(request: HttpRequest, output: JobOutput) -> HttpResponse:
     path = local_file(output)
     stat = path.stat()
@@ -175,7 +164,7 @@ def serve_local(request: HttpRequest, output: JobOutput) -> HttpResponse:
             response["Content-Length"] = str(size)
         else:
             start, end = chosen
-            response = StreamingHttpResponse(_body(path, start, end - start + 1), status=206)
+            response = StreamingHttpResponse(read_range(path, start, end - start + 1, CHUNK), status=206)
             response["Content-Range"] = f"bytes {start}-{end}/{size}"
             response["Content-Length"] = str(end - start + 1)
     for header, value in validators.items():

@@ -63,6 +63,13 @@ def create_database(name: str, *, log=print) -> str:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     started = time.monotonic()
+    migrate(url)
+    log(f"database {name}: created and migrated in {time.monotonic() - started:.1f}s")
+    return url
+
+
+def migrate(url: str) -> None:
+    """`manage.py migrate` against the database at `url`, in a process of its own."""
     proc = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput"],
         cwd=ROOT,
@@ -75,8 +82,6 @@ def create_database(name: str, *, log=print) -> str:
         raise RuntimeError(
             f"manage.py migrate failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
         )
-    log(f"database {name}: created and migrated in {time.monotonic() - started:.1f}s")
-    return url
 
 
 def drop_database(name: str) -> None:

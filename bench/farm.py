@@ -22,7 +22,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -154,16 +153,7 @@ def _create_database(server_url: str, log) -> str:
     url = server_url.rsplit("/", 1)[0] + "/jetencode_farm"
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute("CREATE DATABASE jetencode_farm")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url, "JETENCODE_APPLICATION_NAME": "jetencode-bench-migrate"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"migrate failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    db.migrate(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     log("  database jetencode_farm migrated")

@@ -16,6 +16,7 @@ from pathlib import Path
 from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 
 from media.paths import UnsafePathError, check_output_name, job_output_dir
+from media.storage import read_range
 
 INLINE_TYPES = {
     "image/jpeg",
@@ -75,18 +76,7 @@ def _ranged(path: Path, header: str, size: int):
         response["Content-Range"] = f"bytes */{size}"
         return response
 
-    def body():
-        with path.open("rb") as handle:
-            handle.seek(start)
-            left = end - start + 1
-            while left > 0:
-                chunk = handle.read(min(CHUNK, left))
-                if not chunk:
-                    return
-                left -= len(chunk)
-                yield chunk
-
-    response = StreamingHttpResponse(body(), status=206)
+    response = StreamingHttpResponse(read_range(path, start, end - start + 1, CHUNK), status=206)
     response["Content-Range"] = f"bytes {start}-{end}/{size}"
     response["Content-Length"] = str(end - start + 1)
     return response

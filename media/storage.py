@@ -44,6 +44,19 @@ def content_type(name: str) -> str:
     return CONTENT_TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
+def read_range(path: Path, start: int, length: int, chunk: int = 256 * 1024):
+    """The bytes start..start+length-1 of a local file, in chunks (an HTTP Range response's body);
+    stops early if the file turns out shorter."""
+    with path.open("rb") as handle:
+        handle.seek(start)
+        while length > 0:
+            data = handle.read(min(chunk, length))
+            if not data:
+                return
+            length -= len(data)
+            yield data
+
+
 @dataclass(frozen=True)
 class Prepared:
     job_id: str
