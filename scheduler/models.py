@@ -199,8 +199,10 @@ class JobSchedule(models.Model):
 
 class QueueTask(models.Model):
     id = models.BigAutoField(primary_key=True)
-    # No single-column indexes on the two foreign keys: task_job_state and task_dedupe_once start with
-    # job_id, task_parent covers parent_task_id, and every index costs each task write (~3 per stage).
+    # No single-column indexes on the two foreign keys: task_dedupe_once starts with (job_id,
+    # execution_id), which is how a job's tasks are looked up (a job has few, so their state is
+    # filtered on the rows), task_parent covers parent_task_id, and every index costs each task write
+    # (~3 per stage: insert, claim, finish).
     job = models.ForeignKey(
         Job, on_delete=models.CASCADE, related_name="tasks", db_constraint=True, db_index=False
     )
@@ -287,7 +289,6 @@ class QueueTask(models.Model):
                 name="task_background_runnable",
                 condition=Q(state__in=["pending", "retry_wait"], pool="background"),
             ),
-            models.Index(fields=["job", "execution_id", "state"], name="task_job_state"),
             models.Index(fields=["parent_task"], name="task_parent", condition=Q(parent_task__isnull=False)),
             models.Index(
                 fields=["finished_at"], name="task_finished", condition=Q(finished_at__isnull=False)

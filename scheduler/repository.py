@@ -78,9 +78,10 @@ def _execute(cursor, name: str, params: dict[str, Any] | None) -> list[dict[str,
         if translated is exc:
             raise
         raise translated from exc
-    if cursor.description is None:
+    description = cursor.description  # psycopg builds it anew on every access
+    if description is None:
         return []
-    columns = [column.name for column in cursor.description]
+    columns = [column.name for column in description]
     return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 

@@ -64,9 +64,9 @@ from workers.stages.base import HANDLERS, LeaseLost, PermanentFailure, StageCanc
 log = logging.getLogger("jetencode.worker")
 
 POOL_ORDER = ("media", "background")
-# A poll (or a slot coming free) claims work that has been runnable this long: younger work was
-# announced to the worker that should take it, which is claiming it now. Missed notifications cost
-# at most a poll interval plus this.
+# A poll (or a slot coming free after the backlog ended) claims work that has been runnable this
+# long: younger work was announced to the worker that should take it, which is claiming it now.
+# Missed notifications cost at most a poll interval plus this.
 HINT_GRACE_SECONDS = 0.5
 
 
@@ -210,8 +210,9 @@ class Claimer(threading.Thread):
         return found
 
     def _grace(self) -> float:
-        """How old work must be for a poll or a backlog to claim it: while notifications arrive,
-        younger work was announced to the worker that should take it; polling only, none."""
+        """How old work must be for the hint (an idle poll, a slot coming free) to claim it: while
+        notifications arrive, younger work was announced to the worker that should take it;
+        polling only, none."""
         return HINT_GRACE_SECONDS if self.listening() else 0.0
 
     def _hint(self) -> set[str]:
@@ -274,9 +275,10 @@ class Claimer(threading.Thread):
                 self.claiming = True
             claimed_at = time.monotonic()
             self.claims += 1
-            task = repository.claim(
-                session.uid, session.session_id, pool, session.timing.lease, self._grace()
-            )
+            # The backlog check after a claim counts work of any age: work the farm could not
+            # offer to a free slot was announced to every worker at once (notify_pool_v1), and
+            # only a claim that looks again takes it before its grace is up.
+            task = repository.claim(session.uid, session.session_id, pool, session.timing.lease, 0.0)
             return task, claimed_at
         finally:
             with self._lock:

@@ -74,16 +74,24 @@ $$;
 -- ---- Enqueue ---------------------------------------------------------------------------------
 
 -- Wake the worker that should claim a new task of the pool (no herd): p_worker when only it may
--- take the task (a job's own stages, a targeted job), else one active, fresh worker with a free
--- slot of that pool (the first of sixteen drawn at random), else every worker. The payload is '<pool>' or
--- '<pool>:<uid>#<n>'; a worker ignores notifications for other uids, so one enqueue costs about one
--- claim however many workers idle. <n> counts the transaction's targeted notifications: PostgreSQL
--- folds identical notifications of one transaction into one, and a worker claims once per
--- notification it gets, so a transaction that enqueues four jobs for one worker must reach it as
--- four notifications, not one (the counter is a transaction-local setting: no session state). Polling stays the correctness path: a worker that could not
--- take the task after all (its slot filled meanwhile, a category it lacks) leaves it to the next
--- poll of any worker. Finding the worker reads queue_workers and counts the running tasks of at
--- most sixteen of them, outside the scheduler lock.
+-- take the task (a job's own stages, a targeted job), else an active, fresh worker with a free slot
+-- of that pool, else every worker. The payload is '<pool>' or '<pool>:<uid>#<n>'; a worker ignores
+-- notifications for other uids, so one enqueue costs about one claim however many workers idle.
+--
+-- The free slots are read once per transaction and handed out one notification each: sixteen
+-- active workers drawn at random, their running tasks counted (the cost does not grow with the
+-- farm), kept as {uid: free slots not yet offered} in a transaction-local setting (no session
+-- state). Each task goes to the worker with the most slots still unoffered, so a transaction that
+-- enqueues eight jobs onto two idle 4-slot workers wakes each for four (before, every job drew its
+-- own worker, and a worker offered fewer jobs than it had free slots left the rest of the burst to
+-- its next poll). Once the offers are used up the task is announced to every worker ('<pool>'):
+-- the farm is full, and whichever slot comes free first claims it.
+--
+-- <n> counts the transaction's targeted notifications: PostgreSQL folds identical notifications of
+-- one transaction into one, and a worker claims once per notification it gets, so four jobs for one
+-- worker must reach it as four notifications. Polling stays the correctness path: a worker that
+-- could not take the task after all (its slot filled meanwhile, a category it lacks) leaves it to
+-- the next poll of any worker. All of this runs outside the scheduler lock.
 CREATE OR REPLACE FUNCTION notify_pool_v1(p_pool text, p_worker text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql
 -- queue_workers is small and read whole: a sequential scan, even inside enqueue_job_v1 (which turns
@@ -93,22 +101,35 @@ SET jit = off
 AS $$
 DECLARE
   target text := p_worker;
+  offers_setting text := 'jetencode.notify_offers_' || p_pool;
+  offers jsonb;
   seq int;
 BEGIN
   IF target IS NULL THEN
-    -- Sixteen active workers at random, then the first of them with a free slot: the running tasks
-    -- are counted for those sixteen only, so the cost does not grow with the farm.
-    SELECT w.uid INTO target
-      FROM (SELECT * FROM queue_workers w
-             WHERE w.lifecycle = 'active' AND w.reservation_id IS NULL
-               AND w.last_heartbeat_at > now() - interval '30 seconds'
-             ORDER BY random()
-             LIMIT 16) w
-     WHERE CASE WHEN p_pool = 'media' THEN w.concurrency ELSE w.background_slots END > (
-             SELECT count(*) FROM queue_tasks q
-              WHERE q.claimed_worker_session_id = w.current_session_id AND q.state = 'running'
-                AND q.pool = p_pool)
-     LIMIT 1;
+    offers := nullif(current_setting(offers_setting, true), '')::jsonb;
+    IF offers IS NULL THEN
+      SELECT coalesce(jsonb_object_agg(f.uid, f.free), '{}'::jsonb) INTO offers
+        FROM (SELECT w.uid,
+                     CASE WHEN p_pool = 'media' THEN w.concurrency ELSE w.background_slots END - (
+                       SELECT count(*) FROM queue_tasks q
+                        WHERE q.claimed_worker_session_id = w.current_session_id AND q.state = 'running'
+                          AND q.pool = p_pool) AS free
+                FROM (SELECT * FROM queue_workers w
+                       WHERE w.lifecycle = 'active' AND w.reservation_id IS NULL
+                         AND w.last_heartbeat_at > now() - interval '30 seconds'
+                       ORDER BY random()
+                       LIMIT 16) w) f
+       WHERE f.free > 0;
+    END IF;
+    -- Ties at random: the offers are kept sorted by uid, and one-job transactions would otherwise
+    -- always wake the same idle worker.
+    SELECT o.key INTO target FROM jsonb_each_text(offers) o ORDER BY o.value::int DESC, random() LIMIT 1;
+    IF target IS NOT NULL THEN
+      offers := CASE WHEN (offers ->> target)::int > 1
+                     THEN jsonb_set(offers, ARRAY[target], to_jsonb((offers ->> target)::int - 1))
+                     ELSE offers - target END;
+    END IF;
+    PERFORM set_config(offers_setting, offers::text, true);
   END IF;
   IF target IS NULL THEN
     PERFORM pg_notify('jetencode_queue_tasks', p_pool);
@@ -289,17 +310,15 @@ BEGIN
   END IF;
 
   -- The claim's commit does not wait for its WAL flush, so the scheduler lock is held for the
-  -- selection only, not for an fdatasync. Safe: the worker's next synchronous write (progress,
-  -- heartbeat, finish) flushes the WAL up to and including this claim first, and a claim lost in a
-  -- database crash leaves the task pending; the worker's later writes are then fenced out.
+  -- selection only, not for an fdatasync (nor does an empty claim wait for one for its row lock).
+  -- Safe: the worker's next synchronous write (progress, heartbeat, finish) flushes the WAL up to
+  -- and including this claim first, and a claim lost in a database crash leaves the task pending;
+  -- the worker's later writes are then fenced out.
   PERFORM set_config('synchronous_commit', 'off', true);
-  -- 2. Serialize selection with operator controls.
-  PERFORM 1 FROM queue_scheduler_state st WHERE st.id = 1 FOR UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'queue_scheduler_state singleton row is missing: run migrations or re-seed it';
-  END IF;
 
-  -- 3. The capacity guard counts this session's running tasks.
+  -- 2. The capacity guard counts this session's running tasks. Before the scheduler lock: the worker
+  -- row lock above already serializes this session's claims (the count cannot grow under us, and
+  -- finishes only lower it), and a full worker returns without queueing on the lock.
   SELECT count(*) FILTER (WHERE q.pool = 'media') AS media,
          count(*) FILTER (WHERE q.pool = 'background') AS background,
          count(*) FILTER (WHERE q.pool = 'media' AND q.resource_category = 'cpu') AS cpu,
@@ -322,7 +341,17 @@ BEGIN
       RETURN;
     END IF;
     vram_free := w.vram_total_mb - used.vram;
+  ELSIF used.background >= w.background_slots THEN
+    RETURN;
+  END IF;
 
+  -- 3. Serialize selection with operator controls.
+  PERFORM 1 FROM queue_scheduler_state st WHERE st.id = 1 FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'queue_scheduler_state singleton row is missing: run migrations or re-seed it';
+  END IF;
+
+  IF p_pool = 'media' THEN
     -- 4. Walk the claim index of the worker's group and the pending group, merged in claim order.
     FOR cand IN
       SELECT c.job_id FROM (
@@ -372,9 +401,6 @@ BEGIN
       EXIT;
     END LOOP;
   ELSE
-    IF used.background >= w.background_slots THEN
-      RETURN;
-    END IF;
     FOR cand IN
       SELECT q.id AS task_id, q.job_id
         FROM queue_tasks q JOIN job_schedule js ON js.job_id = q.job_id
