@@ -64,9 +64,10 @@ from workers.stages.base import HANDLERS, LeaseLost, PermanentFailure, StageCanc
 log = logging.getLogger("jetencode.worker")
 
 POOL_ORDER = ("media", "background")
-# A poll (or a slot coming free after the backlog ended) claims work that has been runnable this
-# long: younger work was announced to the worker that should take it, which is claiming it now.
-# Missed notifications cost at most a poll interval plus this.
+# A poll (or a slot coming free) claims work that has been runnable this long: younger work was
+# announced to the worker that should take it, which is claiming it now. Missed notifications cost
+# at most a poll interval plus this. Work announced to every worker (no free slot could be offered
+# it) is the exception: after such a notification, a backlog of any age is claimed slot after slot.
 HINT_GRACE_SECONDS = 0.5
 
 
@@ -158,6 +159,9 @@ class Claimer(threading.Thread):
         self.hints = 0  # cheap reads sent instead
         self._looked: dict[str, tuple[int, int] | None] = dict.fromkeys(POOL_ORDER)
         self._more = dict.fromkeys(POOL_ORDER, False)  # the last claim saw a backlog
+        # A notification to every worker arrived (the farm had no free slot to offer the work) and
+        # no claim has seen the backlog end since: the backlog check counts work of any age.
+        self._everyone = dict.fromkeys(POOL_ORDER, False)
         self._credit = dict.fromkeys(POOL_ORDER, 0)  # notifications not yet answered by a claim
         self._next_poll = 0.0
         self._lock = threading.Lock()
@@ -190,12 +194,13 @@ class Claimer(threading.Thread):
         for pool in POOL_ORDER:
             if self.session.stop_claiming.is_set() or not self.slots.free(pool):
                 continue
-            looked = self._looked[pool]  # (notifications, frees) already acted on
-            now_seen = (seen[pool], seen[f"{pool}.free"])
+            looked = self._looked[pool]  # (notifications, frees, to everyone) already acted on
+            now_seen = (seen[pool], seen[f"{pool}.free"], seen[f"{pool}.everyone"])
             self._looked[pool] = now_seen
             freed = looked is not None and now_seen[1] != looked[1]
             if looked is not None:
                 self._credit[pool] += max(0, now_seen[0] - looked[0])
+                self._everyone[pool] = self._everyone[pool] or now_seen[2] != looked[2]
             if looked is None or self._credit[pool] or self._more[pool]:
                 notified.append(pool)  # a notification, or a backlog the last claim saw: claim
             elif poll_due or freed:
@@ -210,9 +215,8 @@ class Claimer(threading.Thread):
         return found
 
     def _grace(self) -> float:
-        """How old work must be for the hint (an idle poll, a slot coming free) to claim it: while
-        notifications arrive, younger work was announced to the worker that should take it;
-        polling only, none."""
+        """How old work must be for a poll or a backlog to claim it: while notifications arrive,
+        younger work was announced to the worker that should take it; polling only, none."""
         return HINT_GRACE_SECONDS if self.listening() else 0.0
 
     def _hint(self) -> set[str]:
@@ -258,6 +262,7 @@ class Claimer(threading.Thread):
         # While the claim saw more runnable work (a backlog), the next free slot claims at once;
         # once it saw none, a slot coming free asks the lock-free hint first.
         self._more[pool] = task is not None and task.more_runnable
+        self._everyone[pool] = self._everyone[pool] and self._more[pool]
         if task is None:
             self.slots.put_back(pool, slot)
             return False
@@ -275,10 +280,11 @@ class Claimer(threading.Thread):
                 self.claiming = True
             claimed_at = time.monotonic()
             self.claims += 1
-            # The backlog check after a claim counts work of any age: work the farm could not
-            # offer to a free slot was announced to every worker at once (notify_pool_v1), and
-            # only a claim that looks again takes it before its grace is up.
-            task = repository.claim(session.uid, session.session_id, pool, session.timing.lease, 0.0)
+            # The backlog check after a claim leaves out work younger than the grace (it was
+            # offered to a free slot elsewhere), except after a notification to every worker:
+            # work the farm had no free slot to offer, which any slot coming free should take.
+            grace = 0.0 if self._everyone[pool] else self._grace()
+            task = repository.claim(session.uid, session.session_id, pool, session.timing.lease, grace)
             return task, claimed_at
         finally:
             with self._lock:

@@ -41,18 +41,27 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        # Per pool: notifications ("<pool>") and slots coming free ("<pool>.free"), counted apart:
-        # the claimer claims at once for a notification, but asks a cheap read first for a slot.
-        self._generation = dict.fromkeys(POOLS, 0) | {f"{pool}.free": 0 for pool in POOLS}
+        # Per pool: notifications ("<pool>"), those of them sent to every worker ("<pool>.everyone":
+        # work the farm had no free slot to offer) and slots coming free ("<pool>.free"), counted
+        # apart: the claimer claims at once for a notification, but asks a cheap read first for a
+        # slot; after a notification to everyone it treats waiting work of any age as a backlog.
+        self._generation = (
+            dict.fromkeys(POOLS, 0)
+            | {f"{pool}.everyone": 0 for pool in POOLS}
+            | {f"{pool}.free": 0 for pool in POOLS}
+        )
         self.received = 0
 
     def generation(self, pool: str) -> int:
         with self._cond:
             return self._generation[pool]
 
-    def notify(self, pool: str) -> None:
+    def notify(self, pool: str, everyone: bool = False) -> None:
+        """A notification for the pool: for this worker, or (`everyone`) for every worker."""
         with self._cond:
             self._generation[pool] += 1
+            if everyone:
+                self._generation[f"{pool}.everyone"] += 1
             self.received += 1
             self._cond.notify_all()
 
@@ -180,7 +189,7 @@ class Listener(threading.Thread):
     def _deliver(self, note) -> None:
         pool = parse_payload(note.payload, self.uid) if note.channel == CHANNEL else None
         if pool is not None:
-            self.wakeup.notify(pool)
+            self.wakeup.notify(pool, everyone=":" not in note.payload)
 
     def _give_up(self, why: str) -> None:
         self.state = "polling-only"

@@ -95,10 +95,11 @@ def test_an_idle_poll_asks_the_hint_and_claims_only_when_it_says_so(tmp_path, en
 
 def test_a_backlog_is_claimed_slot_after_slot_without_hints(tmp_path, enqueue):
     claimer, started = claimer_for(tmp_path, media=3)
+    claimer.step()  # the first look, at an empty queue
     jobs = [enqueue("noop", {"seconds": 0}) for _ in range(4)]
-    # One notification, as when a burst outgrew the farm's free slots and the rest was announced
-    # to every worker: the backlog counts work of any age.
-    claimer.session.wakeup.notify("media")
+    # A notification to every worker, as when a burst outgrew the farm's free slots: the backlog
+    # counts work of any age.
+    claimer.session.wakeup.notify("media", everyone=True)
     while claimer.step():  # what the thread does: step again at once after a claim
         pass
     # three slots filled by three claims, each of which saw more waiting; no cheap read needed
@@ -159,7 +160,8 @@ def test_a_finish_that_spawns_children_fills_every_free_slot_at_once(tmp_path, e
 
 def test_each_notification_is_answered_by_one_claim(tmp_path, enqueue):
     """Four jobs enqueued in one transaction for this worker: four notifications, four claims at
-    once, and no more (the last claim saw nothing else runnable)."""
+    once (the jobs are too young for the backlog flag: offered to this worker's free slots), and no
+    more."""
     claimer, started = claimer_for(tmp_path, media=4)
     claimer.step()
     for _ in range(4):
@@ -168,6 +170,30 @@ def test_each_notification_is_answered_by_one_claim(tmp_path, enqueue):
     while claimer.step():
         pass
     assert len(started.tasks) == 4
-    assert [t.more_runnable for _, t in started.tasks] == [True, True, True, False]
+    assert [t.more_runnable for _, t in started.tasks] == [False] * 4
     assert (claimer.claims, claimer.hints) == (6, 0)  # 2 first looks + 4 claims
     assert claimer.step() is False and claimer.claims == 6
+
+
+def test_young_work_counts_as_a_backlog_only_after_a_notification_to_every_worker(tmp_path, enqueue):
+    """Offered work is left to the slot it was offered to; work announced to everyone (the farm
+    was full) is taken slot after slot, and the claim that sees the backlog end turns that off."""
+    claimer, started = claimer_for(tmp_path, media=2)
+    claimer.step()
+    for _ in range(3):
+        enqueue("noop", {"seconds": 0})
+    claimer.session.wakeup.notify("media")  # an offer to this worker
+    assert claimer.step() is True
+    assert started.tasks[0][1].more_runnable is False  # the other two are younger than the grace
+    assert claimer.step() is False
+    claimer.session.wakeup.notify("media", everyone=True)
+    assert claimer.step() is True
+    assert started.tasks[1][1].more_runnable is True  # one more waits, of any age
+    session = claimer.session
+    lease = repository.Lease.of(started.tasks[0][1], session.uid, session.session_id)
+    assert repository.finish(lease).accepted
+    claimer.slots.put_back("media", started.tasks[0][0])
+    claimer.session.wakeup.freed("media")
+    assert claimer.step() is True  # the backlog: claimed at once, no hint
+    assert started.tasks[2][1].more_runnable is False and claimer.hints == 0
+    assert claimer._everyone["media"] is False

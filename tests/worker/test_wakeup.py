@@ -59,3 +59,19 @@ def test_a_payload_names_its_pool_and_perhaps_the_one_worker_it_is_for():
     assert parse_payload("media:w1#1", "w2") is None
     assert parse_payload("media:site:a#2", "site:a") == "media"  # a uid may contain ':', never '#'
     assert parse_payload("other:w1#1", "w1") is None
+
+
+def test_a_notification_to_every_worker_is_counted_as_such():
+    """The listener tells an offer ('media:<uid>#<n>') from an announcement to everyone ('media')."""
+    from types import SimpleNamespace
+
+    from workers.wakeup import CHANNEL, Listener
+
+    wakeup = Wakeup()
+    listener = Listener(wakeup, threading.Event(), {}, uid="w1")
+    listener._deliver(SimpleNamespace(channel=CHANNEL, payload="media:w1#1"))
+    assert (wakeup.generation("media"), wakeup.generation("media.everyone")) == (1, 0)
+    listener._deliver(SimpleNamespace(channel=CHANNEL, payload="media"))
+    assert (wakeup.generation("media"), wakeup.generation("media.everyone")) == (2, 1)
+    listener._deliver(SimpleNamespace(channel=CHANNEL, payload="media:w2#1"))  # someone else's
+    assert wakeup.generation("media") == 2
