@@ -30,7 +30,7 @@ from media.disclosure import for_viewer
 from media.jobtypes import JOB_TYPES
 from media.quality import job_quality
 from scheduler import queries
-from scheduler.models import Job, JobOutput, QueueTask
+from scheduler.models import Job, JobOutput
 from scheduler.permissions import can_operate
 from scheduler.repository import JobNotFound
 
@@ -49,20 +49,6 @@ def _shown(request: HttpRequest, data: dict) -> dict:
 
 def pagination(page: int, limit: int, total: int) -> dict[str, int]:
     return {"page": page, "limit": limit, "total": total, "total_pages": math.ceil(total / limit)}
-
-
-def failed_stages(jobs: list[queries.JobRow]) -> dict[UUID, str]:
-    """{job id: task type of its failed stage} for the failed jobs among `jobs` (one query)."""
-    failed = {job.id: job.execution_id for job in jobs if job.status == "failed"}
-    if not failed:
-        return {}
-    rows = (
-        QueueTask.objects.filter(job_id__in=list(failed), state="failed")
-        .exclude(placement="cluster")
-        .order_by("finished_at")
-        .values_list("job_id", "execution_id", "task_type")
-    )
-    return {job_id: task_type for job_id, execution_id, task_type in rows if failed[job_id] == execution_id}
 
 
 def job_summary(job: queries.JobRow, failed_stage: str | None = None) -> dict:
@@ -215,7 +201,7 @@ def list_jobs(
             ]
         )
     jobs = queries.job_list(limit=limit, offset=offset, **filters)
-    stages = failed_stages(jobs)
+    stages = queries.failed_stages([job.id for job in jobs if job.status == "failed"])
     return _shown(
         request,
         {

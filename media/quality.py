@@ -43,6 +43,12 @@ class QualityGateFailed(Exception):
     """A rendition measured below min_vmaf."""
 
 
+def frame_count(seconds: float, fps: float | None) -> int:
+    """The frames in `seconds` of video at `fps` (25 when the probe found no frame rate): what the
+    subsampling and the reference sample are planned from."""
+    return int(seconds * (fps or 25))
+
+
 def n_subsample_for(frames: int, fps: float | None, override: int | None = None) -> int:
     """Score every Nth frame: `override` when given, else about VMAF_SAMPLE_FRAMES frames, capped so
     at least one frame every MAX_SECONDS_BETWEEN_SCORED seconds is scored."""

@@ -347,6 +347,15 @@ def job_tasks(
     return [TaskRow(**row) for row in rows]
 
 
+def failed_stages(job_ids: list) -> dict[UUID, str]:
+    """{job id: task type of its failed stage} for those of `job_ids` that have one (one query):
+    what the API's job summaries and the webhooks' `error` name as the stage that failed."""
+    if not job_ids:
+        return {}
+    rows = _rows("failed_stages", {"ids": [str(j) for j in job_ids]})
+    return {row["job_id"]: row["task_type"] for row in rows}
+
+
 def job_stage_logs(job_id, lines: int) -> list[dict[str, Any]]:
     """The newest `lines` stage-log lines of a job ({"at", "message", "task_id", "task_type"}),
     oldest first."""

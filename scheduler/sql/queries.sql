@@ -335,6 +335,15 @@ SELECT job_id, execution_id, priority, position, required_worker_uid, assigned_w
        cancel_requested_at, execution_mode, required_category, required_vram_mb
 FROM job_schedule WHERE job_id = %(job_id)s;
 
+-- name: failed_stages
+-- The task type of the failed stage of each of the given jobs, in the job's current execution (a
+-- cluster task, i.e. a webhook, never speaks for its job); the latest to fail when several did.
+SELECT DISTINCT ON (t.job_id) t.job_id, t.task_type
+FROM queue_tasks t
+JOIN job_schedule s ON s.job_id = t.job_id AND s.execution_id = t.execution_id
+WHERE t.job_id = ANY (%(ids)s::uuid[]) AND t.state = 'failed' AND t.placement <> 'cluster'
+ORDER BY t.job_id, t.finished_at DESC NULLS LAST, t.id DESC;
+
 -- name: job_tasks
 -- One job's tasks in delivery order (execution, then creation): all executions or one
 -- (execution_id), webhook deliveries (cluster placement) included or not, at most `limit` (NULL:

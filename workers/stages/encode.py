@@ -57,7 +57,7 @@ def reencode_streaming(ctx: StageContext) -> dict:
     stem = safe_stem(source.path.name)
     measuring = None
     if params.quality_metrics:
-        frames = int(info.duration_seconds * (info.fps or 25))
+        frames = quality.frame_count(info.duration_seconds, info.fps)
         n_subsample = quality.n_subsample_for(frames, info.fps, params.vmaf_subsample)
         # A software encode also writes the frames to score, so measuring need not decode the
         # source again (workers/stages/quality.py, "the reference sample").

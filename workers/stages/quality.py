@@ -77,7 +77,7 @@ def plan_reference_sample(info, n_subsample: int) -> dict | None:
     rendition and of the quality stage), or None: then measuring decodes the source. None when every
     or every other frame is scored (n_subsample < 3: the sample would be the whole source) or when
     its raw size would pass quality.REFERENCE_SAMPLE_MAX_BYTES."""
-    frames = int(info.duration_seconds * (info.fps or 25))
+    frames = quality.frame_count(info.duration_seconds, info.fps)
     raw = quality.reference_sample_bytes(frames, n_subsample, info.width, info.height)
     if int(n_subsample) < 3 or raw > quality.REFERENCE_SAMPLE_MAX_BYTES:
         return None
@@ -296,7 +296,7 @@ def crf_search(
     whole = len(windows) == 1 and windows[0][0] == 0
     aim = float(target_vmaf) + (0.0 if whole else quality.SEARCH_MARGIN)
     n_subsample = min(
-        quality.SEARCH_SUBSAMPLE, quality.n_subsample_for(int(sample_seconds * (fps or 25)), fps)
+        quality.SEARCH_SUBSAMPLE, quality.n_subsample_for(quality.frame_count(sample_seconds, fps), fps)
     )
     tried: dict[int, float] = {}
     probes = []

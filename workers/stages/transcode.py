@@ -168,9 +168,8 @@ def _package_child(params: TranscodeParams, ladder: list[dict], duration: float)
 
 
 def _n_subsample(params: TranscodeParams, info) -> int:
-    return quality.n_subsample_for(
-        int(info.duration_seconds * (info.fps or 25)), info.fps, params.vmaf_subsample
-    )
+    frames = quality.frame_count(info.duration_seconds, info.fps)
+    return quality.n_subsample_for(frames, info.fps, params.vmaf_subsample)
 
 
 def _sample_writer(params: TranscodeParams, ladder: list[dict], info) -> tuple[str | None, dict | None]:

@@ -16,18 +16,8 @@ from datetime import UTC, datetime
 from media import failures, links, webhooks
 from media.disclosure import url_without_query
 from media.quality import job_quality
+from scheduler import queries
 from workers.stages.base import PermanentFailure, StageContext, stage
-
-
-def _failed_stage(job) -> str | None:
-    if job.status != "failed":
-        return None
-    return (
-        job.tasks.filter(state="failed", execution_id=job.schedule.execution_id)
-        .exclude(placement="cluster")
-        .values_list("task_type", flat=True)
-        .first()
-    )
 
 
 def job_summary(job_id: str) -> dict:
@@ -47,6 +37,7 @@ def job_summary(job_id: str) -> dict:
         }
         for o in job.outputs.filter(execution_id=job.schedule.execution_id).order_by("name")
     ]
+    failed_stage = queries.failed_stages([job.pk]).get(job.pk) if job.status == "failed" else None
     return {
         "id": str(job.pk),
         "type": job.type,
@@ -54,7 +45,7 @@ def job_summary(job_id: str) -> dict:
         "progress": job.progress,
         "params": job.params,
         "priority": job.priority,
-        "error": failures.one_line(job.last_error, _failed_stage(job)),
+        "error": failures.one_line(job.last_error, failed_stage),
         "created_at": job.created_at.isoformat() if job.created_at else None,
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
