@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
@@ -70,10 +71,11 @@ def _translate(exc: DatabaseError) -> Exception:
 
 
 def _execute(cursor, name: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Run the named statement; its rows as {column: value}."""
+    """Run the named statement; its rows as {column: value}. `cursor` is a Django cursor or, on the
+    worker's hot path, a plain psycopg one (whose errors arrive untranslated by Django)."""
     try:
         cursor.execute(QUERIES[name], params)
-    except DatabaseError as exc:
+    except (DatabaseError, psycopg.Error) as exc:
         translated = _translate(exc)
         if translated is exc:
             raise
@@ -85,9 +87,12 @@ def _execute(cursor, name: str, params: dict[str, Any] | None) -> list[dict[str,
     return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _call(name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    with connection.cursor() as cursor:
+def _call(name: str, params: dict[str, Any] | None = None, cursor=None) -> list[dict[str, Any]]:
+    """Run on `cursor` when given, else on this thread's Django connection."""
+    if cursor is not None:
         return _execute(cursor, name, params)
+    with connection.cursor() as own:
+        return _execute(own, name, params)
 
 
 def _control(name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -331,7 +336,12 @@ class TaskHeartbeat:
 
 
 def claim(
-    worker_uid: str, session_id, pool: str, lease_seconds: float, grace_seconds: float = 0.0
+    worker_uid: str,
+    session_id,
+    pool: str,
+    lease_seconds: float,
+    grace_seconds: float = 0.0,
+    cursor=None,
 ) -> ClaimedTask | None:
     """Claim one task for one free slot of this session, or None. Raises SessionSuperseded.
     `more_runnable` says whether other work had been runnable for `grace_seconds` as it began."""
@@ -342,7 +352,7 @@ def claim(
         "lease_seconds": lease_seconds,
         "grace": grace_seconds,
     }
-    rows = _call("claim_task", params)
+    rows = _call("claim_task", params, cursor)
     if not rows:
         return None
     row = rows[0]
@@ -353,10 +363,10 @@ def claim(
     return _record(ClaimedTask, row)
 
 
-def runnable_hint(worker_uid: str, grace_seconds: float = 0.0) -> set[str]:
+def runnable_hint(worker_uid: str, grace_seconds: float = 0.0, cursor=None) -> set[str]:
     """The pools that have had something runnable for this worker for at least `grace_seconds`
     (no lock taken): a pool left out has nothing for it that a notification did not announce."""
-    row = _call("runnable_hint", {"worker_uid": worker_uid, "grace": grace_seconds})[0]
+    row = _call("runnable_hint", {"worker_uid": worker_uid, "grace": grace_seconds}, cursor)[0]
     return {pool for pool in ("media", "background") if row[pool]}
 
 
@@ -415,6 +425,7 @@ def finish(
     result: dict | None = None,
     children: Sequence[Child] = (),
     outputs: Sequence[Output] = (),
+    cursor=None,
 ) -> FenceResult:
     """Complete the task and publish its children and outputs in one transaction (fenced)."""
     child_specs = [{k: v for k, v in asdict(c).items() if v is not None} for c in children]
@@ -423,7 +434,7 @@ def finish(
         "children": json.dumps(child_specs),
         "outputs": json.dumps([asdict(o) for o in outputs]),
     }
-    return _record(FenceResult, _call("finish_task", params)[0])
+    return _record(FenceResult, _call("finish_task", params, cursor)[0])
 
 
 def fail(lease: Lease, error: str, *, retryable: bool = True) -> FenceResult:

@@ -49,6 +49,7 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 KEEPER_ALIAS = "jetencode_keeper"
+_POOLS: dict[str, OneConnection] = {}  # by alias, once use_worker_connections() ran
 POOL_WAIT_SECONDS = 30.0
 
 
@@ -162,7 +163,7 @@ def use_worker_connections(uid: str, lease_seconds: float) -> None:
         wrapper = connections.create_connection(alias)
         # Django keeps one pool per alias here and uses it when present (it would build a
         # psycopg_pool.ConnectionPool otherwise).
-        type(wrapper)._connection_pools[alias] = OneConnection(alias)
+        _POOLS[alias] = type(wrapper)._connection_pools[alias] = OneConnection(alias)
 
 
 def use_keeper_connection() -> None:
@@ -191,6 +192,38 @@ def on_keeper_connection():
     finally:
         release_connection()
         connections[DEFAULT_DB_ALIAS] = work
+
+
+@contextlib.contextmanager
+def raw_connection(alias: str = DEFAULT_DB_ALIAS):
+    """A turn on the alias's one connection as the plain psycopg connection (autocommit), past
+    Django's wrapper: the hot path (the claim and its hint, file-less finishes). Django's connect,
+    cursor and close bookkeeping around each unit of work cost about a quarter of a worker's CPU
+    per noop stage (py-spy, docs/benchmarks.md). Errors arrive as psycopg's (`DB_ERRORS` has the
+    connection ones); a broken connection is dropped when handed back. Without the worker's pools
+    (a test calling the runtime's parts directly) this thread's own Django connection is used."""
+    pool = _one_connection(alias)
+    if pool is None:
+        connection.ensure_connection()
+        try:
+            yield connection.connection
+        finally:
+            release_connection()
+        return
+    conn = pool.getconn()
+    try:
+        yield conn
+    finally:
+        pool.putconn(conn)
+
+
+def _one_connection(alias: str) -> OneConnection | None:
+    """The alias's OneConnection pool, when use_worker_connections() installed one (and Django
+    still uses it)."""
+    pool = _POOLS.get(alias)
+    if pool is None or type(connections[alias])._connection_pools.get(alias) is not pool:
+        return None
+    return pool
 
 
 PREPARED_ENV = "JETENCODE_PREPARED_STATEMENTS"

@@ -1,7 +1,7 @@
 """Group commit: the finishes of a process's slots share transactions, and their WAL flushes.
 
 A slot's final write goes through the process's `heartbeat` connection (workers/db.py
-`on_keeper_connection`), in turn with the other slots. A finish must wait for its commit's WAL
+`raw_connection`), in turn with the other slots. A finish must wait for its commit's WAL
 flush (~1 ms on a quiet disk, much more on a busy one) before its slot may move on, and on one
 connection those flushes would queue up behind each other. So a slot that finishes puts its finish
 in a queue and waits for its turn on the connection; whichever slot gets the turn first writes
@@ -25,10 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
-
 from scheduler import repository
-from workers.db import DB_ERRORS, release_connection
+from workers.db import DB_ERRORS, KEEPER_ALIAS, raw_connection
 
 
 @dataclass(eq=False)
@@ -42,8 +40,8 @@ class _Finish:
     outcome: repository.FenceResult | None = None
     error: BaseException | None = None
 
-    def write(self) -> repository.FenceResult:
-        return repository.finish(self.lease, self.result, self.children, self.outputs)
+    def write(self, cursor) -> repository.FenceResult:
+        return repository.finish(self.lease, self.result, self.children, self.outputs, cursor)
 
 
 class GroupCommit:
@@ -62,17 +60,15 @@ class GroupCommit:
         with self._lock:
             self._queued.append(mine)
         try:
-            connection.ensure_connection()  # waits for this thread's turn on the work connection
+            # Waits for this thread's turn on the heartbeat connection.
+            with raw_connection(KEEPER_ALIAS) as conn:
+                if not mine.done.is_set():
+                    with self._lock:
+                        group, self._queued = self._queued, []
+                    self._write(conn, group)
         except DB_ERRORS:
             if self._withdraw(mine):
                 raise  # nobody took it: the slot retries as it always did
-        else:
-            if not mine.done.is_set():
-                with self._lock:
-                    group, self._queued = self._queued, []
-                self._write(group)
-        finally:
-            release_connection()
         mine.done.wait()  # set already, unless another thread is writing it right now
         if mine.error is not None:
             raise mine.error
@@ -87,13 +83,14 @@ class GroupCommit:
                 return True
         return False
 
-    def _write(self, group: list[_Finish]) -> None:
-        """Write the group and give every finish of it its outcome or error; never raises."""
+    def _write(self, conn, group: list[_Finish]) -> None:
+        """Write the group on `conn` (psycopg) and give every finish of it its outcome or error;
+        never raises."""
         if len(group) > 1:
             group.sort(key=lambda f: str(f.job_id))
             try:
-                with transaction.atomic():
-                    outcomes = [f.write() for f in group]
+                with conn.transaction(), conn.cursor() as cursor:
+                    outcomes = [f.write(cursor) for f in group]
             except DB_ERRORS as exc:
                 self._settle(group, error=exc)  # the connection is gone: each slot retries
                 return
@@ -107,7 +104,8 @@ class GroupCommit:
                 return
         for f in group:
             try:
-                self._settle([f], outcome=f.write())  # one statement in autocommit: atomic alone
+                with conn.cursor() as cursor:  # one statement in autocommit: atomic alone
+                    self._settle([f], outcome=f.write(cursor))
             except Exception as exc:
                 self._settle([f], error=exc)
 

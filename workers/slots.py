@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from scheduler import repository
 from workers.context import RunContext
@@ -45,6 +45,7 @@ from workers.db import (
     Backoff,
     RateLimitedLog,
     on_keeper_connection,
+    raw_connection,
     release_connection,
     reset_connection,
 )
@@ -223,12 +224,11 @@ class Claimer(threading.Thread):
         """The pools worth a claim, by a read that takes no lock (one query for both pools)."""
         self.hints += 1
         try:
-            return repository.runnable_hint(self.session.uid, self._grace())
+            with raw_connection() as conn, conn.cursor() as cursor:
+                return repository.runnable_hint(self.session.uid, self._grace(), cursor)
         except DB_ERRORS:
             reset_connection()
             return set(POOL_ORDER)  # let the claims meet (and report) the error
-        finally:
-            release_connection()
 
     def _claim_one(self, pool: str) -> bool:
         slot = self.slots.take(pool)
@@ -271,26 +271,28 @@ class Claimer(threading.Thread):
 
     def _claim(self, pool: str) -> tuple[repository.ClaimedTask | None, float]:
         session = self.session
-        try:
-            connection.ensure_connection()
+        with raw_connection() as conn:
             with self._lock:
                 if session.stop_claiming.is_set():
                     return None, 0.0
-                self._in_flight = connection.connection
+                self._in_flight = conn
                 self.claiming = True
-            claimed_at = time.monotonic()
-            self.claims += 1
-            # The backlog check after a claim leaves out work younger than the grace (it was
-            # offered to a free slot elsewhere), except after a notification to every worker:
-            # work the farm had no free slot to offer, which any slot coming free should take.
-            grace = 0.0 if self._everyone[pool] else self._grace()
-            task = repository.claim(session.uid, session.session_id, pool, session.timing.lease, grace)
-            return task, claimed_at
-        finally:
-            with self._lock:
-                self.claiming = False
-                self._in_flight = None
-            release_connection()
+            try:
+                claimed_at = time.monotonic()
+                self.claims += 1
+                # The backlog check after a claim leaves out work younger than the grace (it was
+                # offered to a free slot elsewhere), except after a notification to every worker:
+                # work the farm had no free slot to offer, which any slot coming free should take.
+                grace = 0.0 if self._everyone[pool] else self._grace()
+                with conn.cursor() as cursor:
+                    task = repository.claim(
+                        session.uid, session.session_id, pool, session.timing.lease, grace, cursor
+                    )
+                return task, claimed_at
+            finally:
+                with self._lock:
+                    self.claiming = False
+                    self._in_flight = None
 
     def cancel_in_flight(self, wait: float = 3.0) -> None:
         """Shutdown: stop a claim being sent (its transaction rolls back) and wait for the thread
