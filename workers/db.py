@@ -13,7 +13,9 @@
 connection: a thread holds it from its first query until it calls `release_connection()`, which the
 runtime does after every unit of work (a claim, a progress write, a final write) and the handler
 context does at each of its checkpoints — before a subprocess starts above all, so no connection is
-held while FFmpeg runs. A transaction therefore never mixes two threads' statements.
+held while FFmpeg runs. A transaction therefore never mixes two threads' statements. The hot path
+(the claim and its hint, the file-less finishes) takes its turn on the same connection as the
+plain psycopg connection (`raw_connection()`), without Django's per-unit connect/close bookkeeping.
 
 Nothing here keeps session state on the server: the name goes in the startup packet
 (`application_name`), timeouts are `SET LOCAL` inside the heartbeat's transaction, and server-side
