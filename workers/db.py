@@ -204,7 +204,7 @@ def raw_connection(alias: str = DEFAULT_DB_ALIAS):
     per noop stage (py-spy, docs/benchmarks.md). Errors arrive as psycopg's (`DB_ERRORS` has the
     connection ones); a broken connection is dropped when handed back. Without the worker's pools
     (a test calling the runtime's parts directly) this thread's own Django connection is used."""
-    pool = _one_connection(alias)
+    pool = _POOLS.get(alias)
     if pool is None:
         connection.ensure_connection()
         try:
@@ -217,15 +217,6 @@ def raw_connection(alias: str = DEFAULT_DB_ALIAS):
         yield conn
     finally:
         pool.putconn(conn)
-
-
-def _one_connection(alias: str) -> OneConnection | None:
-    """The alias's OneConnection pool, when use_worker_connections() installed one (and Django
-    still uses it)."""
-    pool = _POOLS.get(alias)
-    if pool is None or type(connections[alias])._connection_pools.get(alias) is not pool:
-        return None
-    return pool
 
 
 PREPARED_ENV = "JETENCODE_PREPARED_STATEMENTS"

@@ -158,7 +158,7 @@ class Claimer(threading.Thread):
         self.runner = runner
         self.claims = 0  # claim statements sent (tests and the farm bench read them)
         self.hints = 0  # cheap reads sent instead
-        self._looked: dict[str, tuple[int, int] | None] = dict.fromkeys(POOL_ORDER)
+        self._looked: dict[str, tuple[int, int, int] | None] = dict.fromkeys(POOL_ORDER)
         self._more = dict.fromkeys(POOL_ORDER, False)  # the last claim saw a backlog
         # A notification to every worker arrived (the farm had no free slot to offer the work) and
         # no claim has seen the backlog end since: the backlog check counts work of any age.
