@@ -3,7 +3,7 @@
     Claimer.step()            one synchronous claim per free slot (no prefetch, no local buffer);
       │                       an idle poll asks a cheap read first and skips the scheduler lock
       ▼                       when it shows nothing this worker could take
-    StageRunner.start()       a thread for the slot: TaskRun + RunContext, the handler
+    StageRunner.start()       the slot's thread takes it: TaskRun + RunContext, the handler
       │
       ▼
     StageRunner.conclude()    the one fenced final write (table below), retried until the lease
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import random
 import threading
 import time
@@ -88,7 +89,7 @@ def failure_text(exc: BaseException, tb: str) -> str:
 
 
 class Slots:
-    """The process's slots by pool: which are free, and the thread running each busy one."""
+    """The process's slots by pool: which are free, and the stage each busy one runs."""
 
     def __init__(self, media: int, background: int):
         self._lock = threading.Lock()
@@ -98,7 +99,7 @@ class Slots:
             if background == 1
             else [f"background-{i + 1}" for i in range(background)],
         }
-        self._busy: dict[str, threading.Thread | None] = {}
+        self._busy: dict[str, object] = {}  # slot -> the stage handed to it (None until then)
 
     def free(self, pool: str) -> int:
         with self._lock:
@@ -112,15 +113,16 @@ class Slots:
             self._busy[name] = None
             return name
 
-    def running(self, name: str, thread: threading.Thread) -> None:
+    def running(self, name: str, stage: object) -> None:
         with self._lock:
-            self._busy[name] = thread
+            self._busy[name] = stage
 
-    def put_back(self, pool: str, name: str, thread: threading.Thread | None = None) -> None:
-        """Free the slot; from a stage thread (`thread`), only if the slot is still that thread's
-        (the supervisor may have freed it already for a handler that ignored its timeout)."""
+    def put_back(self, pool: str, name: str, stage: object = None) -> None:
+        """Free the slot; at the end of a stage (`stage`), only if the slot is still that stage's
+        (the supervisor may have freed it already for a handler that ignored its timeout, and the
+        slot may be running another stage since)."""
         with self._lock:
-            if name not in self._busy or (thread is not None and self._busy[name] is not thread):
+            if name not in self._busy or (stage is not None and self._busy[name] is not stage):
                 return
             del self._busy[name]
             self._free[pool].append(name)
@@ -312,6 +314,25 @@ class Claimer(threading.Thread):
 # ---- one stage -----------------------------------------------------------------------------------
 
 
+class _SlotThread(threading.Thread):
+    """A slot's thread: runs the stages handed to it (`inbox`), one at a time, for as long as it is
+    its slot's thread. `busy` is set by the claimer when it hands over a stage and cleared by the
+    thread when the stage has ended."""
+
+    def __init__(self, slot: str, runner: StageRunner):
+        super().__init__(name=f"slot-{slot}", daemon=True)
+        self.slot = slot
+        self.runner = runner
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.busy = False
+
+    def run(self) -> None:
+        while True:
+            self.runner.in_slot(self.slot, self.inbox.get())
+            if not self.runner.owns(self.slot, self):
+                return  # abandoned meanwhile: the slot has a new thread
+
+
 class StageRunner:
     """Runs each claimed stage in a thread of its slot: the handler, then its one fenced final
     write. `stop_renewing(run)` removes the run from the heartbeat before that write."""
@@ -321,20 +342,39 @@ class StageRunner:
         self.slots = slots
         self.stop_renewing = stop_renewing
         self.finishes = GroupCommit()  # the slots' file-less finishes, committed together
+        self._threads: dict[str, _SlotThread] = {}  # each slot's current thread (claimer only)
 
     def start(self, slot: str, task: repository.ClaimedTask, claimed_at: float) -> None:
-        thread = threading.Thread(
-            target=self._in_slot, args=(slot, task, claimed_at), name=f"slot-{slot}", daemon=True
-        )
-        self.slots.running(slot, thread)
-        thread.start()
+        """Hand the stage to its slot's thread and return at once. The thread lives as long as it
+        keeps its slot: starting a thread per stage made the claimer wait for each new thread to be
+        scheduled, about a third of its time under load (py-spy, docs/benchmarks.md). A slot whose
+        thread is still busy (a handler that ignored its timeout, abandoned by the supervisor) gets
+        a new thread; the old one ends when its handler returns."""
+        thread = self._threads.get(slot)
+        fresh = thread is None or thread.busy
+        if fresh:
+            thread = _SlotThread(slot, self)
+            self._threads[slot] = thread
+        thread.busy = True
+        stage = (task, claimed_at)
+        self.slots.running(slot, stage)
+        thread.inbox.put(stage)
+        if fresh:
+            thread.start()
 
-    def _in_slot(self, slot: str, task: repository.ClaimedTask, claimed_at: float) -> None:
+    def owns(self, slot: str, thread: _SlotThread) -> bool:
+        return self._threads.get(slot) is thread
+
+    def in_slot(self, slot: str, stage: tuple[repository.ClaimedTask, float]) -> None:
+        """One stage on its slot's thread; the slot is free again afterwards."""
+        task, claimed_at = stage
+        me = threading.current_thread()
         try:
             self.execute(slot, task, claimed_at)
         finally:
             release_connection()
-            self.slots.put_back(task.pool, slot, threading.current_thread())
+            me.busy = False  # before the slot is put back: the claimer may hand it a stage at once
+            self.slots.put_back(task.pool, slot, stage)
             self.session.wakeup.freed(task.pool)  # a slot (and its category) is free again
 
     def new_run(self, slot: str, task: repository.ClaimedTask, claimed_at: float) -> TaskRun:
