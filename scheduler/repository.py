@@ -428,13 +428,36 @@ def finish(
     cursor=None,
 ) -> FenceResult:
     """Complete the task and publish its children and outputs in one transaction (fenced)."""
+    params = _finish_params(lease, result, children, outputs)
+    return _record(FenceResult, _call("finish_task", params, cursor)[0])
+
+
+def _finish_params(lease: Lease, result, children: Sequence[Child], outputs: Sequence[Output]) -> dict:
     child_specs = [{k: v for k, v in asdict(c).items() if v is not None} for c in children]
-    params = lease.params() | {
+    return lease.params() | {
         "result": _json(result),
         "children": json.dumps(child_specs),
         "outputs": json.dumps([asdict(o) for o in outputs]),
     }
-    return _record(FenceResult, _call("finish_task", params, cursor)[0])
+
+
+def finish_many(
+    finishes: Sequence[tuple[Lease, dict | None, Sequence[Child], Sequence[Output]]], cursor=None
+) -> list[FenceResult]:
+    """Finishes of one session, (lease, result, children, outputs) each, in one statement: each
+    fenced on its own as `finish` is, all committed together (none, when one raises), in the order
+    given. The worker's group commit (workers/finishes.py)."""
+    rows = [_finish_params(*finish) for finish in finishes]
+    params = {
+        "task_ids": [row["task_id"] for row in rows],
+        "lease_tokens": [row["lease_token"] for row in rows],
+        "results": [row["result"] for row in rows],
+        "children": [row["children"] for row in rows],
+        "outputs": [row["outputs"] for row in rows],
+        "worker_uid": rows[0]["worker_uid"],
+        "session_id": rows[0]["session_id"],
+    }
+    return [_record(FenceResult, row) for row in _call("finish_tasks", params, cursor)]
 
 
 def fail(lease: Lease, error: str, *, retryable: bool = True) -> FenceResult:

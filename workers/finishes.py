@@ -4,9 +4,10 @@ A slot's final write goes through the process's `heartbeat` connection (workers/
 `raw_connection`), in turn with the other slots. A finish must wait for its commit's WAL
 flush (~1 ms on a quiet disk, much more on a busy one) before its slot may move on, and on one
 connection those flushes would queue up behind each other. So a slot that finishes puts its finish
-in a queue and waits for its turn on the connection; whichever slot gets the turn first writes
-every finish queued by then in one transaction, and the slots whose finish it wrote find it done
-when their own turn comes. Under load most finishes travel in twos and threes (docs/benchmarks.md).
+in a queue; one slot at a time (the leader) takes a turn on the connection and writes every finish
+queued by then in one statement (one transaction), and the slots whose finish it wrote are woken
+with their outcome; the first finish queued after its group leads next. Under load most finishes
+travel in twos and threes (docs/benchmarks.md).
 
 Only finishes that move no files into place come here (those commit their files inside their own
 transaction, workers/slots.py `_Publication`). Each finish stays fenced on its own (the SQL checks
@@ -36,7 +37,8 @@ class _Finish:
     result: dict | None
     children: list
     outputs: list
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)  # outcome or error is set
+    wake: threading.Event = field(default_factory=threading.Event)  # done, or this slot writes next
     outcome: repository.FenceResult | None = None
     error: BaseException | None = None
 
@@ -45,11 +47,18 @@ class _Finish:
 
 
 class GroupCommit:
-    """Write finishes in groups: `finish()` returns this finish's outcome or raises its error."""
+    """Write finishes in groups: `finish()` returns this finish's outcome or raises its error.
+
+    One slot at a time writes (the leader); a slot that finishes meanwhile queues its finish and
+    sleeps until it is written, or until it is its turn to lead (the leader hands over to the first
+    finish still queued after its group). Only the leaders queue for the connection, so a written
+    finish's slot moves on at once instead of waiting for a turn on the connection it no longer
+    needs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queued: list[_Finish] = []
+        self._leading = False  # a slot is writing, or has been handed the turn
         self.groups = 0  # transactions that wrote more than one finish (tests and benchmarks)
         self.grouped = 0  # finishes written in those
 
@@ -59,21 +68,35 @@ class GroupCommit:
         mine = _Finish(job_id, lease, result, list(children), list(outputs))
         with self._lock:
             self._queued.append(mine)
-        try:
-            # Waits for this thread's turn on the heartbeat connection.
-            with raw_connection(KEEPER_ALIAS) as conn:
-                if not mine.done.is_set():
-                    with self._lock:
-                        group, self._queued = self._queued, []
-                    self._write(conn, group)
-        except DB_ERRORS:
-            if self._withdraw(mine):
-                raise  # nobody took it: the slot retries as it always did
-        mine.done.wait()  # set already, unless another thread is writing it right now
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            mine.wake.wait()  # written by a leader, or handed the turn
+        if not mine.done.is_set():
+            self._lead(mine)
         if mine.error is not None:
             raise mine.error
         assert mine.outcome is not None
         return mine.outcome
+
+    def _lead(self, mine: _Finish) -> None:
+        """Write everything queued by the time the connection is ours, then hand over."""
+        try:
+            # Waits for this thread's turn on the heartbeat connection (beats go in between).
+            with raw_connection(KEEPER_ALIAS) as conn:
+                with self._lock:
+                    group, self._queued = self._queued, []
+                self._write(conn, group)
+        except DB_ERRORS as exc:
+            if self._withdraw(mine):
+                mine.error = exc  # nobody took it: the slot retries as it always did
+                mine.done.set()
+        finally:
+            with self._lock:
+                if self._queued:
+                    self._queued[0].wake.set()  # the next leader (still _leading)
+                else:
+                    self._leading = False
 
     def _withdraw(self, mine: _Finish) -> bool:
         """Take a finish back out of the queue; False if a writer had already taken it."""
@@ -84,13 +107,16 @@ class GroupCommit:
         return False
 
     def _write(self, conn, group: list[_Finish]) -> None:
-        """Write the group on `conn` (psycopg) and give every finish of it its outcome or error;
-        never raises."""
+        """Write the group on `conn` (psycopg, autocommit) and give every finish of it its outcome
+        or error; never raises. Several finishes go in one statement (repository.finish_many):
+        one round trip and one commit."""
         if len(group) > 1:
-            group.sort(key=lambda f: str(f.job_id))
+            group.sort(key=lambda f: str(f.job_id))  # one lock order for every group
             try:
-                with conn.transaction(), conn.cursor() as cursor:
-                    outcomes = [f.write(cursor) for f in group]
+                with conn.cursor() as cursor:
+                    outcomes = repository.finish_many(
+                        [(f.lease, f.result, f.children, f.outputs) for f in group], cursor
+                    )
             except DB_ERRORS as exc:
                 self._settle(group, error=exc)  # the connection is gone: each slot retries
                 return
@@ -114,3 +140,4 @@ class GroupCommit:
         for f in group:
             f.outcome, f.error = outcome, error
             f.done.set()
+            f.wake.set()

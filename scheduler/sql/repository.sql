@@ -123,6 +123,18 @@ SELECT * FROM report_progress_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %
 SELECT * FROM finish_task_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %(session_id)s,
                              %(result)s::jsonb, %(children)s::jsonb, %(outputs)s::jsonb)
 
+-- name: finish_tasks
+-- Several fenced finishes of one session in one statement (the worker's group commit): each row is
+-- finish_task_v1 on its own, in the order given (the caller sorts by job), and the statement is one
+-- transaction, so all of them commit together or none does.
+SELECT f.outcome, f.reason
+  FROM unnest(%(task_ids)s::bigint[], %(lease_tokens)s::uuid[], %(results)s::text[]::jsonb[],
+              %(children)s::text[]::jsonb[], %(outputs)s::text[]::jsonb[])
+       WITH ORDINALITY AS g(task_id, lease_token, result, children, outputs, n)
+ CROSS JOIN LATERAL finish_task_v1(g.task_id, g.lease_token, %(worker_uid)s, %(session_id)s,
+                                   g.result, g.children, g.outputs) f
+ ORDER BY g.n
+
 -- name: fail_task
 -- Fenced failure: retry with backoff while attempts remain (and retryable), else failed.
 SELECT * FROM fail_task_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %(session_id)s,

@@ -69,3 +69,18 @@ def test_a_group_that_fails_is_written_again_finish_by_finish(make_worker_row, e
     assert broken.done.is_set() and broken.error is not None and broken.outcome is None
     assert (group.groups, group.grouped) == (0, 0)
     assert states() == ["completed", "running"]
+
+
+def test_finish_many_answers_each_finish_in_the_order_given(make_worker_row, enqueue):
+    (t1, l1), (t2, l2), (t3, l3) = claimed(make_worker_row, enqueue, 3)
+    stale = repository.Lease(l2.task_id, uuid.uuid4(), l2.worker_uid, l2.session_id)
+    child = repository.Child("noop", {"seconds": 0})
+    outcomes = repository.finish_many(
+        [(l1, {"n": 1}, [], []), (stale, None, [], []), (l3, None, [child], [])]
+    )
+    assert [o.outcome for o in outcomes] == ["completed", "rejected", "completed"]
+    assert outcomes[1].reason
+    assert sql("SELECT state FROM queue_tasks WHERE id = %s", [t2.id]) == [("running",)]
+    assert sql("SELECT result ->> 'n' FROM queue_tasks WHERE id = %s", [t1.id]) == [("1",)]
+    # The third finish published its child, as finish_task_v1 alone would.
+    assert sql("SELECT count(*) FROM queue_tasks WHERE parent_task_id = %s", [t3.id]) == [(1,)]
