@@ -297,12 +297,13 @@ LISTEN_URL_ENV = "JETENCODE_LISTEN_DATABASE_URL"
 
 def release_connection() -> None:
     """Hand this thread's connection back (to its pool) between units of work. Never raises."""
-    if connection.in_atomic_block:
-        return
+    conn = connections[DEFAULT_DB_ALIAS]  # one lookup (each `connection.x` is one)
+    if conn.connection is None or conn.in_atomic_block:
+        return  # nothing held (the hot path runs past Django), or inside a transaction
     try:
-        connection.close()
+        conn.close()
     except Exception:
-        connection.connection = None
+        conn.connection = None
 
 
 @contextlib.contextmanager

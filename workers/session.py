@@ -14,6 +14,7 @@ once; the handler then gets an exception at its next context call.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -75,8 +76,9 @@ class TaskRun:
         self._lock = threading.Lock()
         self._concluded = False
 
-    @property
+    @functools.cached_property
     def extra(self) -> dict[str, Any]:
+        """The run's fields for every log line (built once: logging only reads it)."""
         return {
             "job_id": str(self.task.job_id),
             "task_id": self.task.id,
