@@ -26,6 +26,9 @@ from django.db.utils import DatabaseError
 from scheduler import sqlfiles
 
 QUERIES = sqlfiles.named_queries("repository.sql")
+# Queries of several statements sent as one (the simple protocol: one round trip, one implicit
+# transaction); their rows are the last statement's.
+_SEVERAL_STATEMENTS = frozenset(name for name, sql in QUERIES.items() if ";" in sql)
 
 # ---- Errors ---------------------------------------------------------------------------------
 
@@ -80,6 +83,9 @@ def _execute(cursor, name: str, params: dict[str, Any] | None) -> list[dict[str,
         if translated is exc:
             raise
         raise translated from exc
+    if name in _SEVERAL_STATEMENTS:
+        while cursor.nextset():
+            pass
     # The column names straight from the result: psycopg's `description` builds a Column object
     # per column on every access (a few percent of a worker's CPU per stage).
     result = cursor.pgresult
@@ -96,6 +102,20 @@ def _call(name: str, params: dict[str, Any] | None = None, cursor=None) -> list[
         return _execute(cursor, name, params)
     with connection.cursor() as own:
         return _execute(own, name, params)
+
+
+def _call_several(
+    name: str, params: dict[str, Any], conn: psycopg.Connection | None = None
+) -> list[dict[str, Any]]:
+    """A query of several statements in one message, on `conn` (a plain psycopg connection) or this
+    thread's Django connection. Only the simple protocol takes several statements at once, so it
+    goes through a client-side binding cursor whatever the connection's own binding (a worker binds
+    on the server)."""
+    if conn is None:
+        connection.ensure_connection()
+        conn = connection.connection
+    with psycopg.ClientCursor(conn) as cursor:
+        return _execute(cursor, name, params)
 
 
 def _control(name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -390,6 +410,36 @@ def heartbeat_tasks(
         "lease_seconds": lease_seconds,
     }
     return [_record(TaskHeartbeat, row) for row in _call("heartbeat_tasks", params)]
+
+
+def worker_beat(
+    worker_uid: str,
+    session_id,
+    leases: Iterable[Lease],
+    lease_seconds: float,
+    sample: dict | None,
+    *,
+    lock_timeout: str,
+    statement_timeout: str,
+    conn: psycopg.Connection | None = None,
+) -> tuple[str, list[TaskHeartbeat]]:
+    """A worker's whole heartbeat in one round trip, under its own lock and statement timeouts:
+    the leases renewed as `heartbeat_tasks` does, then the worker row as `worker_heartbeat` does.
+    Returns (lifecycle, one answer per lease)."""
+    params = {
+        "worker_uid": worker_uid,
+        "session_id": session_id,
+        "tasks": json.dumps([{"id": lease.task_id, "token": str(lease.lease_token)} for lease in leases]),
+        "lease_seconds": lease_seconds,
+        "sample": _json(sample),
+        "lock_timeout": lock_timeout,
+        "statement_timeout": statement_timeout,
+    }
+    row = _call_several("worker_beat", params, conn)[0]
+    answers = row["answers"]
+    if isinstance(answers, str):  # Django's connections load jsonb as text (its JSONField decodes)
+        answers = json.loads(answers)
+    return row["lifecycle"], [_record(TaskHeartbeat, answer) for answer in answers]
 
 
 def report_progress(

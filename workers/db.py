@@ -331,14 +331,6 @@ def refresh_connection() -> None:
         reset_connection()
 
 
-def local_timeouts(**settings: str) -> None:
-    """SET LOCAL the given settings (e.g. lock_timeout='800ms') for the current transaction."""
-    pairs = list(settings.items())
-    sql = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in pairs)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [value for pair in pairs for value in pair])
-
-
 class Backoff:
     """Exponential backoff with jitter: start, x2 each failure, capped."""
 

@@ -1,10 +1,11 @@
 """The heartbeat thread: one beat every HEARTBEAT_SECONDS on the connection it shares with
 maintenance only (workers/db.py: never the one claims and finishes wait for).
 
-A beat is one transaction (SET LOCAL lock and statement timeouts, no session state). It renews the leases of all of this session's running tasks in one statement
-(`repository.heartbeat_tasks`, still fenced per task) and then refreshes the worker row with a
-psutil sample (`repository.worker_heartbeat`). Task leases go first: they are what a slow beat
-would cost. For each task the answer is one of
+A beat is one round trip and one transaction (`repository.worker_beat`: its lock and statement
+timeouts set for that transaction only, no session state). It renews the leases of all of this
+session's running tasks in one statement (still fenced per task) and then refreshes the worker row
+with a psutil sample. Task leases go first: they are what a slow beat would cost. For each task
+the answer is one of
 - accepted: the lease is renewed (its monotonic deadline moves), and if the job asks for
   cancellation the run is aborted, which kills its subprocess group at once;
 - rejected: the lease is lost; the run is aborted and will write nothing more.
@@ -19,15 +20,14 @@ import logging
 import threading
 import time
 
-from django.db import transaction
-
 from scheduler import repository
 from workers import capabilities
 from workers.db import (
     DB_ERRORS,
+    KEEPER_ALIAS,
     Backoff,
     RateLimitedLog,
-    local_timeouts,
+    raw_connection,
     release_connection,
     reset_connection,
     use_keeper_connection,
@@ -114,21 +114,21 @@ class Heartbeat(threading.Thread):
         return True
 
     def _send(self, runs: list[TaskRun], sample: dict) -> list[repository.TaskHeartbeat]:
-        """One transaction: the leases first (they are what a slow beat would cost), then the worker
-        row. A lock wait longer than most of a beat (our own slow finish holds the worker row) gives
-        up, and the next beat tries again."""
+        """One round trip, one transaction: the leases first (they are what a slow beat would
+        cost), then the worker row. A lock wait longer than most of a beat (our own slow finish
+        holds the worker row) gives up, and the next beat tries again."""
         session = self.session
-        answers: list[repository.TaskHeartbeat] = []
-        with transaction.atomic():
-            local_timeouts(
+        with raw_connection(KEEPER_ALIAS) as conn:
+            self.lifecycle, answers = repository.worker_beat(
+                session.uid,
+                session.session_id,
+                [run.lease for run in runs],
+                session.timing.lease,
+                sample,
                 lock_timeout=f"{max(200, int(self.interval * 1000 * 0.8))}ms",
                 statement_timeout=f"{max(1000, int(session.timing.lease * 500))}ms",
+                conn=conn,
             )
-            if runs:
-                answers = repository.heartbeat_tasks(
-                    session.uid, session.session_id, [run.lease for run in runs], session.timing.lease
-                )
-            self.lifecycle = repository.worker_heartbeat(session.uid, session.session_id, sample)
         return answers
 
     @staticmethod

@@ -113,6 +113,12 @@ SELECT EXISTS (
 -- Renew the leases of a session's running tasks (tasks: [{"id", "token"}]), each fenced.
 SELECT * FROM heartbeat_tasks_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::jsonb, %(lease_seconds)s)
 
+-- name: worker_beat
+-- A worker's heartbeat in one round trip (tasks: [{"id", "token"}]): its lock and statement timeouts
+-- for this transaction only (no session state: PgBouncer's transaction mode), then the beat.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true), set_config('statement_timeout', %(statement_timeout)s, true);
+SELECT * FROM worker_beat_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::jsonb, %(lease_seconds)s, %(sample)s::jsonb)
+
 -- name: report_progress
 -- Fenced progress, detail and log lines of a running stage.
 SELECT * FROM report_progress_v1(%(task_id)s, %(lease_token)s, %(worker_uid)s, %(session_id)s,

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The modules that run named queries, the file each reads, and the callables whose first argument
 # (or, for QUERIES, whose subscript) is a query name.
 USERS = {
-    "scheduler/repository.py": ("repository.sql", {"_call", "_control", "QUERIES"}),
+    "scheduler/repository.py": ("repository.sql", {"_call", "_call_several", "_control", "QUERIES"}),
     "scheduler/queries.py": ("queries.sql", {"_rows"}),
 }
 

@@ -62,6 +62,26 @@ BEGIN
 END
 $$;
 
+-- A worker session's whole heartbeat in one statement, so an idle worker's beat is one round trip:
+-- the leases of its running tasks first (heartbeat_tasks_v1: they are what a slow beat would cost),
+-- then its own row and system sample (worker_heartbeat_v1). Returns the worker's lifecycle and one
+-- answer per task asked about ({task_id, accepted, cancel_requested, reason}); JE410 when the
+-- session is not the worker's current one.
+CREATE OR REPLACE FUNCTION worker_beat_v1(p_worker text, p_session uuid, p_tasks jsonb, p_lease_seconds float,
+                                          p_sample jsonb)
+RETURNS TABLE (lifecycle text, answers jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+  answers := '[]';
+  IF jsonb_array_length(p_tasks) > 0 THEN
+    SELECT coalesce(jsonb_agg(to_jsonb(h)), '[]') INTO answers
+      FROM heartbeat_tasks_v1(p_worker, p_session, p_tasks, p_lease_seconds) h;
+  END IF;
+  lifecycle := worker_heartbeat_v1(p_worker, p_session, p_sample);
+  RETURN NEXT;
+END
+$$;
+
 -- Fenced progress and log lines from a running stage: the task's progress (clamped to 0..100) and
 -- detail, the job's weighted progress (never lower than before, below 100), and the lines (4,000
 -- characters each; stage logs keep their last 1,000 lines). Returns whether it was accepted and
