@@ -424,8 +424,10 @@ def worker_beat(
     conn: psycopg.Connection | None = None,
 ) -> tuple[str, list[TaskHeartbeat]]:
     """A worker's whole heartbeat in one round trip, under its own lock and statement timeouts:
-    the leases renewed as `heartbeat_tasks` does, then the worker row as `worker_heartbeat` does.
-    Returns (lifecycle, one answer per lease)."""
+    the leases renewed as `heartbeat_tasks` does, then the worker row as `worker_heartbeat` does
+    (with no lease to renew, the worker row alone: `idle_beat`). Returns (lifecycle, one answer
+    per lease)."""
+    leases = list(leases)
     params = {
         "worker_uid": worker_uid,
         "session_id": session_id,
@@ -435,7 +437,13 @@ def worker_beat(
         "lock_timeout": lock_timeout,
         "statement_timeout": statement_timeout,
     }
-    row = _call_several("worker_beat", params, conn)[0]
+    if leases:
+        rows = _call_several("worker_beat", params, conn)
+    else:
+        rows = _call_several("idle_beat", params, conn)
+    if not rows:  # the idle beat's UPDATE found no row of this session
+        raise SessionSuperseded(f"uid taken over by a newer session: {worker_uid}")
+    row = rows[0]
     answers = row["answers"]
     if isinstance(answers, str):  # Django's connections load jsonb as text (its JSONField decodes)
         answers = json.loads(answers)

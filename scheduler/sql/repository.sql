@@ -99,6 +99,10 @@ SELECT c.*, runnable_for_v1(%(worker_uid)s, %(pool)s, %(grace)s, c.job_id, c.id)
 -- without locks). Work younger than that was announced by a notification to the worker that should
 -- claim it, so a poll leaves it alone: an idle poll that finds nothing here takes no lock, and polls
 -- landing between an enqueue and its notified claim make no extra claims.
+-- A function, although the same read as a plain prepared statement costs ~90 µs less server CPU
+-- (~240 against ~330 µs in a backend woken once a second, docs/benchmarks.md): the plain
+-- statement's generic plan, made while the tables were empty, is a sequential scan plus a sort and
+-- is kept until the next ANALYZE; the function's SET enable_seqscan = off keeps it on the indexes.
 SELECT * FROM runnable_pools_v1(%(worker_uid)s, %(grace)s)
 
 -- name: session_heartbeating
@@ -118,6 +122,22 @@ SELECT * FROM heartbeat_tasks_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::json
 -- for this transaction only (no session state: PgBouncer's transaction mode), then the beat.
 SELECT set_config('lock_timeout', %(lock_timeout)s, true), set_config('statement_timeout', %(statement_timeout)s, true);
 SELECT * FROM worker_beat_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::jsonb, %(lease_seconds)s, %(sample)s::jsonb)
+
+-- name: idle_beat
+-- The heartbeat of a worker with no lease to renew (what an idle farm sends): the worker row only,
+-- as worker_heartbeat_v1 writes it, by a plain UPDATE (no row: the session was superseded), under
+-- the same transaction-local timeouts. Its commit does not wait for the WAL flush: a beat lost in
+-- a database crash only leaves last_heartbeat_at one beat older, and renews nothing a stage relies
+-- on (a beat with leases commits synchronously: the worker's own lease deadline follows it).
+-- In a backend woken every few seconds, ~0.7 ms of server CPU against 1.0–1.3 ms for worker_beat.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true), set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('synchronous_commit', 'off', true);
+UPDATE queue_workers
+   SET last_heartbeat_at = now(),
+       system_sample = coalesce(%(sample)s::jsonb, system_sample),
+       lifecycle = CASE WHEN lifecycle = 'offline' THEN 'active' ELSE lifecycle END
+ WHERE uid = %(worker_uid)s AND current_session_id = %(session_id)s
+RETURNING lifecycle, '[]'::jsonb AS answers
 
 -- name: report_progress
 -- Fenced progress, detail and log lines of a running stage.

@@ -1,6 +1,7 @@
 """repository.worker_beat: a worker's whole heartbeat in one message (its lock and statement
-timeouts, then worker_beat_v1), with the answers heartbeat_tasks gives and the worker row's refresh,
-its timeouts for that transaction only, and a lock wait bounded by them."""
+timeouts, then worker_beat_v1; with no lease to renew, the idle beat's plain UPDATE), with the
+answers heartbeat_tasks gives and the worker row's refresh, its settings for that transaction only,
+and a lock wait bounded by them."""
 
 import time
 
@@ -57,11 +58,17 @@ def test_an_idle_beat_refreshes_the_worker_row_and_an_old_session_is_superseded(
 def test_the_timeouts_last_for_the_beat_only_and_bound_its_lock_wait(make_worker_row):
     worker = make_worker_row()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('lock_timeout'), current_setting('statement_timeout')")
+        cursor.execute(
+            "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'),"
+            " current_setting('synchronous_commit')"
+        )
         defaults = cursor.fetchone()
     beat(worker, [])
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('lock_timeout'), current_setting('statement_timeout')")
+        cursor.execute(
+            "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'),"
+            " current_setting('synchronous_commit')"
+        )
         assert cursor.fetchone() == defaults  # no session state left behind (PgBouncer's transaction mode)
 
     with psycopg.connect(database_url()) as holder:  # a transaction holding the worker row
