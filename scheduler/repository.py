@@ -565,10 +565,17 @@ def record_sample() -> bool:
     return bool(rows and rows[0]["recorded"])
 
 
-def take_recovery_round(every_seconds: float) -> bool:
+@dataclass(frozen=True)
+class RecoveryTurn:
+    taken: bool  # the pass is this worker's to make (recorded now)
+    live_workers: int  # active workers that heartbeated within stale_seconds
+
+
+def take_recovery_round(every_seconds: float, stale_seconds: float) -> RecoveryTurn:
     """This worker's turn at the recovery pass (recorded now), unless any worker started one within
-    `every_seconds`."""
-    return bool(_call("take_recovery_round", {"every": every_seconds}))
+    `every_seconds`; and how many workers are alive to ask for it."""
+    row = _call("take_recovery_round", {"every": every_seconds, "stale_seconds": stale_seconds})[0]
+    return RecoveryTurn(bool(row["taken"]), int(row["live_workers"]))
 
 
 def note_recovery_ran() -> None:

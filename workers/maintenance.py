@@ -1,7 +1,10 @@
 """Timed maintenance inside every worker (DECISIONS 9): not queued tasks, which could get stuck.
 
-Every RECOVERY_INTERVAL_SECONDS (with a little jitter), unless another worker made a pass in the
-last half interval (`take_recovery_round`, which also records when the pass ran for /metrics):
+Every RECOVERY_INTERVAL_SECONDS (with a little jitter; in a farm of more than ASKS_PER_INTERVAL
+live workers, that times live workers / ASKS_PER_INTERVAL, at most MAX_SPACING times, so the farm
+asks about ASKS_PER_INTERVAL times an interval whatever its size), unless another worker made a
+pass in the last half interval (`take_recovery_round`, which also records when the pass ran for
+/metrics):
 - `recover_expired` until it returns less than a full batch: leases nobody renewed go to
   retry_wait (attempt counted) or failed;
 - `mark_stale_workers(STALE_WORKER_SECONDS)`: silent workers are reported offline;
@@ -31,6 +34,12 @@ from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_conn
 log = logging.getLogger("jetencode.worker")
 
 RECOVER_BATCH = 100
+# The farm asks for the recovery pass about this many times per RECOVERY_INTERVAL_SECONDS (a pass
+# is due every half interval, so the next ask comes a tenth of an interval after it is due), and a
+# worker spaces its asks by at most MAX_SPACING intervals: when most of a large farm goes at once,
+# the survivors' next asks still come within MAX_SPACING intervals, and then at the full rate.
+ASKS_PER_INTERVAL = 10
+MAX_SPACING = 4.0
 PURGE_BATCH = 500
 PURGE_EVERY = 3600.0
 SWEEP_EVERY = 300.0
@@ -46,29 +55,38 @@ class Maintenance(threading.Thread):
         self.heartbeat_ok = heartbeat_ok
         self.stop_event = threading.Event()
         self.rounds = 0
+        self.spacing = 1.0  # this worker's recovery asks come every spacing intervals
         self._trouble = RateLimitedLog(60)
 
     def run(self) -> None:
         timing = self.worker.timing
         use_keeper_connection()  # shared with the heartbeat: taken for one step at a time
         now = time.monotonic()
+        next_recovery = now
         next_sample = now + random.uniform(0, min(timing.sample_interval, 5.0))
         next_purge = now + random.uniform(30.0, 90.0)  # not every worker at the same second after a deploy
         next_sweep = now + random.uniform(10.0, 60.0)
         while not self.stop_event.is_set():
-            self._step("recovery", self.recover)
+            # A step that fails is tried again an interval later, as one that is not due yet.
+            retry = time.monotonic() + timing.recovery_interval
+            if time.monotonic() >= next_recovery:
+                self._step("recovery", self.recover)
+                next_recovery = time.monotonic() + timing.recovery_interval * self.spacing * random.uniform(
+                    0.9, 1.1
+                )
             now = time.monotonic()
             if now >= next_sample:
-                if self._step("sample", repository.record_sample):
-                    next_sample = now + timing.sample_interval
+                next_sample = (
+                    now + timing.sample_interval if self._step("sample", repository.record_sample) else retry
+                )
             if now >= next_purge:
-                if self._step("retention", self.purge):
-                    next_purge = now + PURGE_EVERY
+                next_purge = now + PURGE_EVERY if self._step("retention", self.purge) else retry
             if now >= next_sweep:
-                if self._step("workspaces", self.sweep_workspaces):
-                    next_sweep = now + SWEEP_EVERY
+                next_sweep = now + SWEEP_EVERY if self._step("workspaces", self.sweep_workspaces) else retry
             self.rounds += 1
-            self.stop_event.wait(timing.recovery_interval * random.uniform(0.9, 1.1))
+            self.stop_event.wait(
+                max(0.0, min(next_recovery, next_sample, next_purge, next_sweep) - time.monotonic())
+            )
 
     def _step(self, what: str, func) -> bool:
         try:
@@ -93,8 +111,11 @@ class Maintenance(threading.Thread):
         timing = self.worker.timing
         # One pass per half interval across the whole farm, not one per worker: a worker whose turn
         # finds a pass just made (by anyone) skips its own. A single read-and-set of one row, so a
-        # farm of idle workers costs one statement each per round instead of four.
-        if not repository.take_recovery_round(timing.recovery_interval / 2):
+        # farm of idle workers costs one statement each per ask instead of four, and a large farm
+        # spaces its asks by its size.
+        turn = repository.take_recovery_round(timing.recovery_interval / 2, timing.stale_worker)
+        self.spacing = min(MAX_SPACING, max(1.0, turn.live_workers / ASKS_PER_INTERVAL))
+        if not turn.taken:
             return
         while not self.stop_event.is_set():
             rows = repository.recover_expired(RECOVER_BATCH)

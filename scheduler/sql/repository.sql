@@ -190,10 +190,18 @@ SELECT record_sample_v1() AS recorded
 
 -- name: take_recovery_round
 -- A worker's turn at the recovery pass, unless one started within every seconds (any worker's):
--- records the pass (what /metrics reports) and returns a row only when it is this worker's to make.
-UPDATE queue_scheduler_state SET last_recovery_at = now()
- WHERE id = 1 AND (last_recovery_at IS NULL OR last_recovery_at <= now() - make_interval(secs => %(every)s))
-RETURNING true AS taken
+-- records the pass (what /metrics reports). Returns whether the pass is this worker's to make, and
+-- how many workers have heartbeated within stale_seconds (each spaces its asks by that count, so a
+-- large farm asks a few times an interval instead of once per worker).
+WITH taken AS (
+  UPDATE queue_scheduler_state SET last_recovery_at = now()
+   WHERE id = 1 AND (last_recovery_at IS NULL OR last_recovery_at <= now() - make_interval(secs => %(every)s))
+  RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM taken) AS taken,
+       (SELECT count(*) FROM queue_workers w
+         WHERE w.lifecycle = 'active' AND w.last_heartbeat_at > now() - make_interval(secs => %(stale_seconds)s))
+         AS live_workers
 
 -- name: note_recovery_ran
 -- Remember when a recovery pass last ran (/metrics reports how long ago).

@@ -113,3 +113,36 @@ def test_retention_purges_old_jobs_and_keeps_the_metric_counters_monotonic(make_
     assert one("SELECT count(*) FROM jobs WHERE id = %s", [job]) == 0
     assert one("SELECT count(*) FROM queue_fence_audit") == 0
     assert sql("SELECT purged_rejected, purged_recoveries FROM queue_scheduler_state")[0] == before
+
+
+def test_the_recovery_turn_goes_to_one_asker_per_period_and_counts_the_live_workers(make_worker_row):
+    for _ in range(3):
+        make_worker_row()
+    silent = make_worker_row()
+    sql("UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 hour' WHERE uid = %s", [silent[0]])
+    sql("UPDATE queue_scheduler_state SET last_recovery_at = NULL WHERE id = 1")
+    first = repository.take_recovery_round(2.5, 60)
+    second = repository.take_recovery_round(2.5, 60)
+    assert (first.taken, second.taken) == (True, False)  # the second asker finds the pass just made
+    assert first.live_workers == second.live_workers == 3  # the silent one is not counted
+
+
+def test_a_large_farm_spaces_each_workers_recovery_asks(make_worker_row):
+    from types import SimpleNamespace
+
+    from workers.maintenance import ASKS_PER_INTERVAL, MAX_SPACING, Maintenance
+
+    timing = SimpleNamespace(recovery_interval=5.0, stale_worker=60.0)
+    worker = SimpleNamespace(uid="w-maint", timing=timing, log_extra={}, workspace_root=None)
+    maintenance = Maintenance(worker)
+    make_worker_row()
+    maintenance.recover()
+    assert maintenance.spacing == 1.0  # a small farm: every worker asks every interval
+    for _ in range(2 * ASKS_PER_INTERVAL - 1):
+        make_worker_row()
+    maintenance.recover()
+    assert maintenance.spacing == 2.0  # twenty live workers: each asks every other interval
+    for _ in range(int(MAX_SPACING * ASKS_PER_INTERVAL)):
+        make_worker_row()
+    maintenance.recover()
+    assert maintenance.spacing == MAX_SPACING
