@@ -132,7 +132,7 @@ class OwnPostgres:
 
         Not utime + stime: those are sampled at each timer tick, and a backend that runs ~0.3 ms
         once a second is charged a whole tick or nothing; for an idle farm they read 20–30 % low on
-        the test VM (`cpu_seconds_sampled`, what the farm figures before 3 December used)."""
+        the test VM (`cpu_seconds_sampled`: what the farm figures measured before this method)."""
         total = 0.0
         try:
             root = psutil.Process(self.proc.pid)
