@@ -320,6 +320,18 @@ def _rate_run(conn, url: str, args: dict, rate: int, seconds: float, log) -> dic
     return result
 
 
+def _counters(conn, server: OwnPostgres, pool: WorkerPool) -> tuple[int, float, float, float, float]:
+    """Transactions so far, the server's CPU seconds (tick-sampled, exact), the workers' CPU
+    seconds and the monotonic time: the idle window is the difference of two of these."""
+    return (
+        _xacts(conn),
+        server.cpu_seconds_sampled(),
+        server.cpu_seconds(),
+        _cpu_of(pool.pids()),
+        time.monotonic(),
+    )
+
+
 def _one_size(server: OwnPostgres, url: str, workdir: Path, n: int, args: dict, log) -> dict:
     pool = WorkerPool(url, workdir, n, concurrency=CONCURRENCY, poll_seconds=1.0, uid_prefix=f"farm{n}")
     started = time.monotonic()
@@ -331,21 +343,9 @@ def _one_size(server: OwnPostgres, url: str, workdir: Path, n: int, args: dict, 
         time.sleep(SETTLE_SECONDS)
         with db.connect(url) as conn:
             connections = _connections(conn, pool.uids)
-            x0, s0, cpu0, w0, t0 = (
-                _xacts(conn),
-                server.cpu_seconds_sampled(),
-                server.cpu_seconds(),
-                _cpu_of(pool.pids()),
-                time.monotonic(),
-            )
+            x0, s0, cpu0, w0, t0 = _counters(conn, server, pool)
             time.sleep(IDLE_SECONDS)
-            x1, s1, cpu1, w1, t1 = (
-                _xacts(conn),
-                server.cpu_seconds_sampled(),
-                server.cpu_seconds(),
-                _cpu_of(pool.pids()),
-                time.monotonic(),
-            )
+            x1, s1, cpu1, w1, t1 = _counters(conn, server, pool)
             connections_later = _connections(conn, pool.uids)
             idle = {
                 "seconds": round(t1 - t0, 1),
