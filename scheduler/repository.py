@@ -425,8 +425,8 @@ def worker_beat(
 ) -> tuple[str, list[TaskHeartbeat]]:
     """A worker's whole heartbeat in one round trip, under its own lock and statement timeouts:
     the leases renewed as `heartbeat_tasks` does, then the worker row as `worker_heartbeat` does
-    (with no lease to renew, the worker row alone: `idle_beat`). Returns (lifecycle, one answer
-    per lease)."""
+    (with no lease to renew, the worker row alone in one statement: `idle_beat`, without a
+    statement timeout). Returns (lifecycle, one answer per lease)."""
     leases = list(leases)
     params = {
         "worker_uid": worker_uid,
@@ -440,7 +440,11 @@ def worker_beat(
     if leases:
         rows = _call_several("worker_beat", params, conn)
     else:
-        rows = _call_several("idle_beat", params, conn)
+        if conn is None:  # this thread's Django connection, as _call_several takes it
+            connection.ensure_connection()
+            conn = connection.connection
+        with conn.cursor() as cursor:
+            rows = _call("idle_beat", params, cursor)
     if not rows:  # the idle beat's UPDATE found no row of this session
         raise SessionSuperseded(f"uid taken over by a newer session: {worker_uid}")
     row = rows[0]
