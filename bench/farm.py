@@ -131,33 +131,25 @@ class OwnPostgres:
         processes that have ended (an autovacuum worker: their sampled time, all there is).
 
         Not utime + stime: those are sampled at each timer tick, and a backend that runs ~0.3 ms
-        once a second is charged a whole tick or nothing; for an idle farm they read 20–30 % low on
+        once a second is charged a whole tick or nothing; for an idle farm they read 10–20 % low on
         the test VM (`cpu_seconds_sampled`: what the farm figures measured before this method)."""
-        total = 0.0
         try:
-            root = psutil.Process(self.proc.pid)
-            ended = root.cpu_times()
-            total += ended.children_user + ended.children_system
-            for proc in [root, *root.children(recursive=True)]:
-                total += _run_time(proc)
+            ended = psutil.Process(self.proc.pid).cpu_times()
         except psutil.Error:
-            pass
-        return total
+            return 0.0
+        return ended.children_user + ended.children_system + sum(_run_time(pid) for pid in self._pids())
 
     def cpu_seconds_sampled(self) -> float:
         """The same processes' utime + stime (tick-sampled; live processes only)."""
-        total = 0.0
+        return _cpu_of(self._pids())
+
+    def _pids(self) -> list[int]:
+        """The postmaster and every live process it started."""
         try:
             root = psutil.Process(self.proc.pid)
-            for proc in [root, *root.children(recursive=True)]:
-                try:
-                    times = proc.cpu_times()
-                    total += times.user + times.system
-                except psutil.Error:
-                    continue
+            return [root.pid, *(child.pid for child in root.children(recursive=True))]
         except psutil.Error:
-            pass
-        return total
+            return []
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -198,17 +190,13 @@ def _statement_calls(conn) -> dict[str, int]:
     return {name: int(calls) for name, calls in rows}
 
 
-def _run_time(proc: psutil.Process) -> float:
+def _run_time(pid: int) -> float:
     """A process's exact time on a CPU in seconds (schedstat), else its sampled utime + stime."""
     try:
-        with open(f"/proc/{proc.pid}/schedstat") as handle:
+        with open(f"/proc/{pid}/schedstat") as handle:
             return int(handle.read().split()[0]) / 1e9
     except (OSError, ValueError, IndexError):
-        try:
-            times = proc.cpu_times()
-            return times.user + times.system
-        except psutil.Error:
-            return 0.0
+        return _cpu_of([pid])
 
 
 def _cpu_of(pids: list[int]) -> float:

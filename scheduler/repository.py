@@ -111,11 +111,16 @@ def _call_several(
     thread's Django connection. Only the simple protocol takes several statements at once, so it
     goes through a client-side binding cursor whatever the connection's own binding (a worker binds
     on the server)."""
+    with psycopg.ClientCursor(_plain(conn)) as cursor:
+        return _execute(cursor, name, params)
+
+
+def _plain(conn: psycopg.Connection | None) -> psycopg.Connection:
+    """`conn`, or else this thread's Django connection as the plain psycopg one."""
     if conn is None:
         connection.ensure_connection()
         conn = connection.connection
-    with psycopg.ClientCursor(conn) as cursor:
-        return _execute(cursor, name, params)
+    return conn
 
 
 def _control(name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -440,10 +445,7 @@ def worker_beat(
     if leases:
         rows = _call_several("worker_beat", params, conn)
     else:
-        if conn is None:  # this thread's Django connection, as _call_several takes it
-            connection.ensure_connection()
-            conn = connection.connection
-        with conn.cursor() as cursor:
+        with _plain(conn).cursor() as cursor:
             rows = _call("idle_beat", params, cursor)
     if not rows:  # the idle beat's UPDATE found no row of this session
         raise SessionSuperseded(f"uid taken over by a newer session: {worker_uid}")
