@@ -8,7 +8,9 @@ timings: heartbeat 5 s, recovery every 5 s, poll 1 s, LISTEN on). At each N it m
 - connections per worker process (pg_stat_activity, by the uid in application_name);
 - with an empty queue: transactions per second in the database and the CPU of every PostgreSQL
   process of the server, in % of one core (the kernel's exact run time, and the tick-sampled
-  utime + stime that earlier figures used);
+  utime + stime that earlier figures used), over 40 s once the farm is steady (95 s after the
+  last worker was ready: past every worker's start-up chores) and, as before, over 20 s from 8 s
+  after it was ready (`idle.after_startup`);
 - at 20 and 100 enqueued noop jobs per second (one producer connection, paced): claim statements
   per job (`claim_task_v1` calls counted by pg_stat_statements, divided by the jobs), cheap reads
   per job, and enqueue→start p50/p99 (the task's started_at minus the job's created_at: both are
@@ -36,9 +38,16 @@ from bench.workers import WorkerPool
 
 ROOT = db.ROOT
 CONCURRENCY = 4
-IDLE_SECONDS = 20.0
+STARTUP_IDLE_SECONDS = 20.0
+IDLE_SECONDS = 40.0
 RATES = ((20, 15.0), (100, 10.0))  # jobs per second, seconds of enqueueing
 SETTLE_SECONDS = 8.0  # after start-up: every worker's first look and first beats are over
+# The steady idle window starts this long after the last worker was ready: by then every worker is
+# past its start-up chores (its first retention purge comes 30-90 s after it starts, its first
+# sample within 5 s; each backend's first calls load caches and compile functions). In the first
+# minute an idle farm costs PostgreSQL more, and a 10-s timeline at 100 workers moved from 8.2 %
+# of a core to 4-5 % over three minutes (docs/benchmarks.md, "Sixth round"): both are reported.
+STEADY_AFTER_SECONDS = 95.0
 
 
 def _server_binaries() -> Path:
@@ -320,36 +329,52 @@ def _counters(conn, server: OwnPostgres, pool: WorkerPool) -> tuple[int, float, 
     )
 
 
+def _idle_window(conn, server: OwnPostgres, pool: WorkerPool, seconds: float, ready: float) -> dict:
+    """What the idle farm cost over the next `seconds` (`ready`: when its last worker was ready)."""
+    n = len(pool.uids)
+    x0, s0, cpu0, w0, t0 = _counters(conn, server, pool)
+    time.sleep(seconds)
+    x1, s1, cpu1, w1, t1 = _counters(conn, server, pool)
+    return {
+        "from_ready_seconds": round(t0 - ready, 1),
+        "seconds": round(t1 - t0, 1),
+        "transactions_per_second": round((x1 - x0) / (t1 - t0), 1),
+        "transactions_per_second_per_worker": round((x1 - x0) / (t1 - t0) / n, 2),
+        "postgres_cpu_percent_of_one_core": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
+        "postgres_cpu_percent_of_one_core_sampled": round(100 * (s1 - s0) / (t1 - t0), 2),
+        "worker_cpu_percent_of_one_core_per_worker": round(100 * (w1 - w0) / (t1 - t0) / n, 3),
+    }
+
+
 def _one_size(server: OwnPostgres, url: str, workdir: Path, n: int, args: dict, log) -> dict:
     pool = WorkerPool(url, workdir, n, concurrency=CONCURRENCY, poll_seconds=1.0, uid_prefix=f"farm{n}")
     started = time.monotonic()
     pool.start(timeout=120 + 6 * n)
-    startup = time.monotonic() - started
+    ready = time.monotonic()
+    startup = ready - started
     rss = sum(psutil.Process(pid).memory_info().rss for pid in pool.pids()) / max(n, 1) / 2**20
     log(f"  N={n}: {n} workers ready in {startup:.0f}s ({rss:.0f} MB RSS each)")
     try:
         time.sleep(SETTLE_SECONDS)
         with db.connect(url) as conn:
             connections = _connections(conn, pool.uids)
-            x0, s0, cpu0, w0, t0 = _counters(conn, server, pool)
-            time.sleep(IDLE_SECONDS)
-            x1, s1, cpu1, w1, t1 = _counters(conn, server, pool)
+            after_startup = _idle_window(conn, server, pool, STARTUP_IDLE_SECONDS, ready)
+            time.sleep(max(0.0, ready + STEADY_AFTER_SECONDS - time.monotonic()))
+            idle = _idle_window(conn, server, pool, IDLE_SECONDS, ready)
+            idle["after_startup"] = after_startup
             connections_later = _connections(conn, pool.uids)
-            idle = {
-                "seconds": round(t1 - t0, 1),
-                "transactions_per_second": round((x1 - x0) / (t1 - t0), 1),
-                "transactions_per_second_per_worker": round((x1 - x0) / (t1 - t0) / n, 2),
-                "postgres_cpu_percent_of_one_core": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
-                "postgres_cpu_percent_of_one_core_sampled": round(100 * (s1 - s0) / (t1 - t0), 2),
-                "worker_cpu_percent_of_one_core_per_worker": round(100 * (w1 - w0) / (t1 - t0) / n, 3),
-            }
             log(
                 f"    connections per worker: max {max(connections['max'], connections_later['max'])}, "
-                f"mean {connections['mean']}; idle: {idle['transactions_per_second']} xact/s, "
-                f"PostgreSQL CPU {idle['postgres_cpu_percent_of_one_core']} % of one core "
-                f"(tick-sampled: {idle['postgres_cpu_percent_of_one_core_sampled']} %), each worker "
-                f"{idle['worker_cpu_percent_of_one_core_per_worker']} %"
+                f"mean {connections['mean']}"
             )
+            for name, window in (("just after start-up", after_startup), ("steady", idle)):
+                log(
+                    f"    idle, {name} ({window['seconds']:g} s from {window['from_ready_seconds']:g} s after "
+                    f"ready): {window['transactions_per_second']} xact/s, PostgreSQL CPU "
+                    f"{window['postgres_cpu_percent_of_one_core']} % of one core (tick-sampled: "
+                    f"{window['postgres_cpu_percent_of_one_core_sampled']} %), each worker "
+                    f"{window['worker_cpu_percent_of_one_core_per_worker']} %"
+                )
             rates = [_rate_run(conn, url, args, rate, seconds, log) for rate, seconds in RATES]
             connections_busy = _connections(conn, pool.uids)
     finally:
