@@ -127,7 +127,7 @@ def test_write_helpers_are_plpgsql_not_replanned_sql_functions():
             WHERE p.proname ~ '_v[0-9]+$' AND l.lanname = 'sql'
               AND p.prosrc ~* '\\m(insert|update|delete)\\M'
               AND p.proname NOT IN ('set_session_lifecycle_v1', 'mark_stale_workers_v1',
-                                    'rebalance_group_v1', 'record_sample_v1')"""
+                                    'rebalance_group_v1')"""
     )
     assert replanned == []
 
