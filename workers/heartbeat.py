@@ -5,10 +5,10 @@ A beat is one round trip and one transaction (`repository.worker_beat`: its lock
 timeouts set for that transaction only, no session state). It renews the leases of all of this
 session's running tasks in one statement (still fenced per task) and then refreshes the worker row
 with a psutil sample. Task leases go first: they are what a slow beat would cost. A beat with no
-lease to renew (an idle worker's) is one statement that also reads the idle poll's hint; it
-goes just before the claimer's next poll (at most a poll interval late) and, finding nothing
-runnable, counts as that poll (`IdlePoll.poll_answered`): an idle worker makes one round trip a
-second, not 1.2. For each task the answer is one of
+lease to renew (an idle worker's) is one statement that also reads the idle poll's hint; when
+that finds nothing runnable, the claimer counts it as its poll and sends its next one a poll
+interval later (`answered_poll`), so an idle worker makes one round trip a second, not 1.2.
+For each task the answer is one of
 - accepted: the lease is renewed (its monotonic deadline moves), and if the job asks for
   cancellation the run is aborted, which kills its subprocess group at once;
 - rejected: the lease is lost; the run is aborted and will write nothing more.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Protocol
+from collections.abc import Callable
 
 from scheduler import repository
 from workers import capabilities
@@ -41,24 +41,21 @@ from workers.session import CANCELLED, LEASE_LOST, TAKEN_OVER, Session, TaskRun
 log = logging.getLogger("jetencode.worker")
 
 
-class IdlePoll(Protocol):
-    """What an idle beat needs of the claimer (`workers.slots.Claimer`) to stand in for its poll."""
-
-    def next_poll_at(self) -> float | None: ...  # monotonic; None: not polling
-
-    def hint_grace(self) -> float: ...
-
-    def poll_answered(self, at: float, runnable: frozenset[str]) -> None: ...
-
-
 class Heartbeat(threading.Thread):
-    def __init__(self, session: Session):
+    def __init__(
+        self,
+        session: Session,
+        answered_poll: Callable[[float, frozenset[str]], None] = lambda at, runnable: None,
+        hint_grace: Callable[[], float] = lambda: 0.0,
+    ):
+        """`answered_poll(at, runnable)`: told what an idle beat sent at monotonic `at` found
+        runnable for this worker (the claimer's `poll_answered`); `hint_grace()`: the age work
+        must have for the hint to count it (the claimer's)."""
         super().__init__(name="heartbeat", daemon=True)
         self.session = session
+        self.answered_poll = answered_poll
+        self.hint_grace = hint_grace
         self.interval = session.timing.heartbeat
-        # Set by the runtime: idle beats then go just before the claimer's next poll (at most a
-        # poll interval late) and answer it, so an idle worker makes one round trip a second.
-        self.idle_poll: IdlePoll | None = None
         self.stop_event = threading.Event()
         # Held while a beat is in flight. A slot takes it to remove its lease from future beats
         # before its final write, so a renewal never races the finish (which would only produce a
@@ -79,26 +76,12 @@ class Heartbeat(threading.Thread):
             delay = next_beat - time.monotonic()
             if delay > 0 and self.stop_event.wait(delay):
                 break
-            if self.stop_event.wait(self._until_poll()):
-                break
             ok = self.beat()
             if ok:
                 backoff.reset()
                 next_beat = max(next_beat + self.interval, time.monotonic() + self.interval * 0.5)
             else:
                 next_beat = time.monotonic() + min(self.interval, backoff.next_delay())
-
-    def _until_poll(self) -> float:
-        """How long a due idle beat waits to go just before the claimer's next poll (which it then
-        answers): a beat at its own time would answer a poll that comes anyway whenever the next
-        poll is due before a poll interval has passed. At most a poll interval, never with a
-        lease to renew."""
-        poll = self.idle_poll
-        at = poll.next_poll_at() if poll is not None else None
-        if at is None or any(run.renew for run in self.session.runs.snapshot()):
-            return 0.0
-        lead = 0.1 * self.session.timing.poll  # the beat's round trip lands before the poll
-        return min(max(0.0, at - lead - time.monotonic()), 1.2 * self.session.timing.poll)
 
     def stop_renewing(self, run: TaskRun, timeout: float | None = None) -> None:
         """Remove `run` from future beats, waiting for a beat in flight (bounded)."""
@@ -157,12 +140,11 @@ class Heartbeat(threading.Thread):
                     session.session_id,
                     sample,
                     lock_timeout=lock_timeout,
-                    grace_seconds=self.idle_poll.hint_grace() if self.idle_poll else 0.0,
+                    grace_seconds=self.hint_grace(),
                     conn=conn,
                 )
             self.lifecycle = idle.lifecycle
-            if self.idle_poll is not None:
-                self.idle_poll.poll_answered(sent_at, idle.runnable)
+            self.answered_poll(sent_at, idle.runnable)
             return []
         with raw_connection(KEEPER_ALIAS) as conn:
             self.lifecycle, answers = repository.worker_beat(

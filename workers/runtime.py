@@ -135,13 +135,18 @@ class Worker:
         self._drain_signal = signal.SIGTERM
         self._abort_signal: int | None = None
 
-        self.heartbeat = Heartbeat(self.session)
+        # An idle beat also reads the poll's hint, and when it finds nothing the claimer's next poll
+        # waits a poll interval from it (the claimer is built below; the lambdas look it up then).
+        self.heartbeat = Heartbeat(
+            self.session,
+            answered_poll=lambda at, runnable: self.claimer.poll_answered(at, runnable),
+            hint_grace=lambda: self.claimer.hint_grace(),
+        )
         self.maintenance = Maintenance(self.session, lambda: self.heartbeat.last_ok)
         self.slots = Slots(options.concurrency, options.background_slots)
         self.outcome = StageRunner(self.session, self.slots, self.heartbeat.stop_renewing)
         self.listener: Listener | None = None
         self.claimer = Claimer(self.session, self.slots, self.outcome, self._listening)
-        self.heartbeat.idle_poll = self.claimer  # an idle beat answers the claimer's next poll
 
     # What the handler context and the tests read of the session.
     uid = property(lambda self: self.session.uid)

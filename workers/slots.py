@@ -223,10 +223,6 @@ class Claimer(threading.Thread):
         younger work was announced to the worker that should take it; polling only, none."""
         return HINT_GRACE_SECONDS if self.listening() else 0.0
 
-    def next_poll_at(self) -> float | None:
-        """When the next idle poll is due (monotonic); None once claiming has stopped."""
-        return None if self.session.stop_claiming.is_set() else self._next_poll
-
     def poll_answered(self, at: float, runnable: frozenset[str]) -> None:
         """The same hint, read elsewhere at monotonic `at` (an idle heartbeat asks it in its own
         round trip): when it found nothing runnable, it was this process's poll, and the next one

@@ -217,27 +217,3 @@ def test_an_idle_beat_that_found_nothing_stands_in_for_the_next_poll(tmp_path, e
     assert claimer.step() is True
     assert (claimer.claims, claimer.hints) == (3, 1)
     assert [str(task.job_id) for _, task in started.tasks] == [str(job)]
-
-
-def test_a_due_idle_beat_waits_for_the_next_poll_and_never_with_a_lease(tmp_path, enqueue):
-    from workers.heartbeat import Heartbeat
-    from workers.session import TaskRun
-
-    claimer, started = claimer_for(tmp_path)
-    heartbeat = Heartbeat(claimer.session)
-    assert heartbeat._until_poll() == 0.0  # no claimer to answer: beat at once
-    heartbeat.idle_poll = claimer
-    claimer._next_poll = time.monotonic() + 0.4
-    assert 0.3 < heartbeat._until_poll() <= 0.4 - 0.1 * TIMING.poll + 0.01  # just before the poll
-    claimer._next_poll = time.monotonic() + 60
-    assert heartbeat._until_poll() == pytest.approx(1.2 * TIMING.poll)  # at most a poll interval late
-    enqueue("noop", {"seconds": 0})
-    claimer.step()  # the first look claims it: a lease the next beat must renew on time
-    task = started.tasks[0][1]
-    session = claimer.session
-    run = TaskRun(task, repository.Lease.of(task, session.uid, session.session_id), "media-1", 0.0, 30.0, 5.0)
-    session.runs.add(run)
-    assert heartbeat._until_poll() == 0.0
-    session.runs.remove(run)
-    claimer.session.stop_claiming.set()
-    assert heartbeat._until_poll() == 0.0  # the claimer stopped polling
