@@ -430,10 +430,9 @@ def worker_beat(
 ) -> tuple[str, list[TaskHeartbeat]]:
     """A worker's whole heartbeat in one round trip, under its own lock and statement timeouts:
     the leases renewed as `heartbeat_tasks` does, then the worker row as `worker_heartbeat` does
-    (with no lease to renew, `idle_beat`). Returns (lifecycle, one answer per lease)."""
+    (with no lease to renew, the worker row alone in one statement: `idle_beat`, without a
+    statement timeout). Returns (lifecycle, one answer per lease)."""
     leases = list(leases)
-    if not leases:
-        return idle_beat(worker_uid, session_id, sample, lock_timeout=lock_timeout, conn=conn).lifecycle, []
     params = {
         "worker_uid": worker_uid,
         "session_id": session_id,
@@ -443,45 +442,18 @@ def worker_beat(
         "lock_timeout": lock_timeout,
         "statement_timeout": statement_timeout,
     }
-    rows = _call_several("worker_beat", params, conn)
-    if not rows:
-        raise SessionSuperseded(f"uid taken over by a newer session: {worker_uid}")
-    answers = rows[0]["answers"]
-    if isinstance(answers, str):  # Django's connections load jsonb as text (its JSONField decodes)
-        answers = json.loads(answers)
-    return rows[0]["lifecycle"], [_record(TaskHeartbeat, answer) for answer in answers]
-
-
-@dataclass(frozen=True)
-class IdleBeat:
-    lifecycle: str
-    runnable: frozenset[str]  # runnable_hint's answer, read in the same statement
-
-
-def idle_beat(
-    worker_uid: str,
-    session_id,
-    sample: dict | None,
-    *,
-    lock_timeout: str,
-    grace_seconds: float = 0.0,
-    conn: psycopg.Connection | None = None,
-) -> IdleBeat:
-    """The heartbeat of a worker with no lease to renew, in one statement without a statement
-    timeout, and the idle poll's hint (`runnable_hint` with `grace_seconds`) in the same round trip."""
-    params = {
-        "worker_uid": worker_uid,
-        "session_id": session_id,
-        "sample": _json(sample),
-        "lock_timeout": lock_timeout,
-        "grace": grace_seconds,
-    }
-    with _plain(conn).cursor() as cursor:
-        rows = _call("idle_beat", params, cursor)
-    if not rows:  # the UPDATE found no row of this session
+    if leases:
+        rows = _call_several("worker_beat", params, conn)
+    else:
+        with _plain(conn).cursor() as cursor:
+            rows = _call("idle_beat", params, cursor)
+    if not rows:  # the idle beat's UPDATE found no row of this session
         raise SessionSuperseded(f"uid taken over by a newer session: {worker_uid}")
     row = rows[0]
-    return IdleBeat(row["lifecycle"], frozenset(pool for pool in ("media", "background") if row[pool]))
+    answers = row["answers"]
+    if isinstance(answers, str):  # Django's connections load jsonb as text (its JSONField decodes)
+        answers = json.loads(answers)
+    return row["lifecycle"], [_record(TaskHeartbeat, answer) for answer in answers]
 
 
 def report_progress(

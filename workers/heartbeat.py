@@ -4,11 +4,8 @@ maintenance only (workers/db.py: never the one claims and finishes wait for).
 A beat is one round trip and one transaction (`repository.worker_beat`: its lock and statement
 timeouts set for that transaction only, no session state). It renews the leases of all of this
 session's running tasks in one statement (still fenced per task) and then refreshes the worker row
-with a psutil sample. Task leases go first: they are what a slow beat would cost. A beat with no
-lease to renew (an idle worker's) is one statement that also reads the idle poll's hint; when
-that finds nothing runnable, the claimer counts it as its poll and sends its next one a poll
-interval later (`answered_poll`), so an idle worker makes one round trip a second, not 1.2.
-For each task the answer is one of
+with a psutil sample. Task leases go first: they are what a slow beat would cost. For each task
+the answer is one of
 - accepted: the lease is renewed (its monotonic deadline moves), and if the job asks for
   cancellation the run is aborted, which kills its subprocess group at once;
 - rejected: the lease is lost; the run is aborted and will write nothing more.
@@ -22,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 from scheduler import repository
 from workers import capabilities
@@ -42,19 +38,9 @@ log = logging.getLogger("jetencode.worker")
 
 
 class Heartbeat(threading.Thread):
-    def __init__(
-        self,
-        session: Session,
-        answered_poll: Callable[[float, frozenset[str]], None] = lambda at, runnable: None,
-        hint_grace: Callable[[], float] = lambda: 0.0,
-    ):
-        """`answered_poll(at, runnable)`: told what an idle beat sent at monotonic `at` found
-        runnable for this worker (the claimer's `poll_answered`); `hint_grace()`: the age work
-        must have for the hint to count it (the claimer's)."""
+    def __init__(self, session: Session):
         super().__init__(name="heartbeat", daemon=True)
         self.session = session
-        self.answered_poll = answered_poll
-        self.hint_grace = hint_grace
         self.interval = session.timing.heartbeat
         self.stop_event = threading.Event()
         # Held while a beat is in flight. A slot takes it to remove its lease from future beats
@@ -111,7 +97,7 @@ class Heartbeat(threading.Thread):
             runs = [run for run in session.runs.snapshot() if run.renew]
             sent_at = time.monotonic()
             try:
-                answers = self._send(runs, sample, sent_at)
+                answers = self._send(runs, sample)
                 self._apply(runs, answers, sent_at)
             except repository.SessionSuperseded:
                 for run in runs:
@@ -127,25 +113,11 @@ class Heartbeat(threading.Thread):
         self.last_ok = sent_at
         return True
 
-    def _send(self, runs: list[TaskRun], sample: dict, sent_at: float) -> list[repository.TaskHeartbeat]:
+    def _send(self, runs: list[TaskRun], sample: dict) -> list[repository.TaskHeartbeat]:
         """One round trip, one transaction: the leases first (they are what a slow beat would
         cost), then the worker row. A lock wait longer than most of a beat (our own slow finish
         holds the worker row) gives up, and the next beat tries again."""
         session = self.session
-        lock_timeout = f"{max(200, int(self.interval * 1000 * 0.8))}ms"
-        if not runs:
-            with raw_connection(KEEPER_ALIAS) as conn:
-                idle = repository.idle_beat(
-                    session.uid,
-                    session.session_id,
-                    sample,
-                    lock_timeout=lock_timeout,
-                    grace_seconds=self.hint_grace(),
-                    conn=conn,
-                )
-            self.lifecycle = idle.lifecycle
-            self.answered_poll(sent_at, idle.runnable)
-            return []
         with raw_connection(KEEPER_ALIAS) as conn:
             self.lifecycle, answers = repository.worker_beat(
                 session.uid,
@@ -153,7 +125,7 @@ class Heartbeat(threading.Thread):
                 [run.lease for run in runs],
                 session.timing.lease,
                 sample,
-                lock_timeout=lock_timeout,
+                lock_timeout=f"{max(200, int(self.interval * 1000 * 0.8))}ms",
                 statement_timeout=f"{max(1000, int(session.timing.lease * 500))}ms",
                 conn=conn,
             )

@@ -135,13 +135,7 @@ class Worker:
         self._drain_signal = signal.SIGTERM
         self._abort_signal: int | None = None
 
-        # An idle beat also reads the poll's hint, and when it finds nothing the claimer's next poll
-        # waits a poll interval from it (the claimer is built below; the lambdas look it up then).
-        self.heartbeat = Heartbeat(
-            self.session,
-            answered_poll=lambda at, runnable: self.claimer.poll_answered(at, runnable),
-            hint_grace=lambda: self.claimer.hint_grace(),
-        )
+        self.heartbeat = Heartbeat(self.session)
         self.maintenance = Maintenance(self.session, lambda: self.heartbeat.last_ok)
         self.slots = Slots(options.concurrency, options.background_slots)
         self.outcome = StageRunner(self.session, self.slots, self.heartbeat.stop_renewing)
@@ -411,14 +405,12 @@ class Worker:
             self._set_lifecycle("offline", seconds=5.0)
         finishes = self.outcome.finishes
         log.info(
-            "worker %s offline (exit %s): %d claim(s), %d cheap read(s) instead of a claim "
-            "(and %d idle poll(s) answered by a heartbeat), %d notification(s), "
-            "%d finish(es) committed in %d shared transaction(s)",
+            "worker %s offline (exit %s): %d claim(s), %d cheap read(s) instead of a claim, "
+            "%d notification(s), %d finish(es) committed in %d shared transaction(s)",
             self.uid,
             code,
             self.claimer.claims,
             self.claimer.hints,
-            self.claimer.hints_by_beat,
             self.session.wakeup.received,
             finishes.grouped,
             finishes.groups,

@@ -160,7 +160,6 @@ class Claimer(threading.Thread):
         self.runner = runner
         self.claims = 0  # claim statements sent (tests and the farm bench read them)
         self.hints = 0  # cheap reads sent instead
-        self.hints_by_beat = 0  # idle polls the heartbeat's hint stood in for
         self._looked: dict[str, tuple[int, int, int] | None] = dict.fromkeys(POOL_ORDER)
         self._more = dict.fromkeys(POOL_ORDER, False)  # the last claim saw a backlog
         # A notification to every worker arrived (the farm had no free slot to offer the work) and
@@ -218,28 +217,17 @@ class Claimer(threading.Thread):
             self._next_poll = time.monotonic() + self.session.timing.poll * random.uniform(0.8, 1.2)
         return found
 
-    def hint_grace(self) -> float:
+    def _grace(self) -> float:
         """How old work must be for a poll or a backlog to claim it: while notifications arrive,
         younger work was announced to the worker that should take it; polling only, none."""
         return HINT_GRACE_SECONDS if self.listening() else 0.0
-
-    def poll_answered(self, at: float, runnable: frozenset[str]) -> None:
-        """The same hint, read elsewhere at monotonic `at` (an idle heartbeat asks it in its own
-        round trip): when it found nothing runnable, it was this process's poll, and the next one
-        comes a poll interval after it. When it found something, nothing changes: the next poll
-        (within a second) or a notification claims it. Called from the heartbeat thread; a poll of
-        our own racing it only makes one read more."""
-        if runnable:
-            return
-        self.hints_by_beat += 1
-        self._next_poll = max(self._next_poll, at + self.session.timing.poll * random.uniform(0.8, 1.2))
 
     def _hint(self) -> set[str]:
         """The pools worth a claim, by a read that takes no lock (one query for both pools)."""
         self.hints += 1
         try:
             with raw_connection() as conn, conn.cursor() as cursor:
-                return repository.runnable_hint(self.session.uid, self.hint_grace(), cursor)
+                return repository.runnable_hint(self.session.uid, self._grace(), cursor)
         except DB_ERRORS:
             reset_connection()
             return set(POOL_ORDER)  # let the claims meet (and report) the error
@@ -297,7 +285,7 @@ class Claimer(threading.Thread):
                 # The backlog check after a claim leaves out work younger than the grace (it was
                 # offered to a free slot elsewhere), except after a notification to every worker:
                 # work the farm had no free slot to offer, which any slot coming free should take.
-                grace = 0.0 if self._everyone[pool] else self.hint_grace()
+                grace = 0.0 if self._everyone[pool] else self._grace()
                 with conn.cursor() as cursor:
                     task = repository.claim(
                         session.uid, session.session_id, pool, session.timing.lease, grace, cursor

@@ -125,30 +125,23 @@ SELECT * FROM worker_beat_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::jsonb, %
 
 -- name: idle_beat
 -- The heartbeat of a worker with no lease to renew (what an idle farm sends): the worker row only,
--- as worker_heartbeat_v1 writes it, by a plain UPDATE (no row: the session was superseded), and in
--- the same round trip the idle poll's hint (runnable_hint's read, runnable_pools_v1): a beat that
--- finds nothing runnable for this worker stands in for the claimer's next poll, so an idle worker
--- wakes its backends once a second, not 1.2 times (docs/benchmarks.md, "Sixth round").
--- One statement, so a worker connection prepares it once: its transaction-local settings come from
--- the subquery the UPDATE joins, which is evaluated for the row before the UPDATE writes (or waits
--- for) it. The commit does not wait for the WAL flush: a beat lost in a database crash only leaves
+-- as worker_heartbeat_v1 writes it, by a plain UPDATE (no row: the session was superseded). One
+-- statement, so a worker connection prepares it once: its transaction-local settings come from the
+-- subquery it joins, which is evaluated for the row before the UPDATE writes (or waits for) it.
+-- The commit does not wait for the WAL flush: a beat lost in a database crash only leaves
 -- last_heartbeat_at one beat older and renews nothing a stage relies on (a beat with leases goes
 -- through worker_beat and commits synchronously: the worker's own lease deadline follows it). No
 -- statement_timeout (a statement cannot set its own): with no flush to wait for, what could hold
 -- it is a lock, and lock_timeout bounds that. In a backend woken every few seconds, ~0.5 ms of
 -- server CPU against 1.0-1.3 ms for worker_beat (docs/benchmarks.md, "Fifth round").
-WITH beat AS (
-  UPDATE queue_workers w
-     SET last_heartbeat_at = now(),
-         system_sample = coalesce(%(sample)s::jsonb, w.system_sample),
-         lifecycle = CASE WHEN w.lifecycle = 'offline' THEN 'active' ELSE w.lifecycle END
-    FROM (SELECT set_config('lock_timeout', %(lock_timeout)s, true),
-                 set_config('synchronous_commit', 'off', true)) settings
-   WHERE w.uid = %(worker_uid)s AND w.current_session_id = %(session_id)s
-  RETURNING w.lifecycle
-)
-SELECT beat.lifecycle, hint.media, hint.background
-  FROM beat, runnable_pools_v1(%(worker_uid)s, %(grace)s) hint
+UPDATE queue_workers w
+   SET last_heartbeat_at = now(),
+       system_sample = coalesce(%(sample)s::jsonb, w.system_sample),
+       lifecycle = CASE WHEN w.lifecycle = 'offline' THEN 'active' ELSE w.lifecycle END
+  FROM (SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+               set_config('synchronous_commit', 'off', true)) settings
+ WHERE w.uid = %(worker_uid)s AND w.current_session_id = %(session_id)s
+RETURNING w.lifecycle, '[]'::jsonb AS answers
 
 -- name: report_progress
 -- Fenced progress, detail and log lines of a running stage.

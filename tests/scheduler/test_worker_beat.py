@@ -79,19 +79,3 @@ def test_the_timeouts_last_for_the_beat_only_and_bound_its_lock_wait(make_worker
         waited = time.monotonic() - started
     assert waited < 5, waited  # gave up after its lock timeout, not after the holder let go
     assert beat(worker, [])[0] == "active"
-
-
-def test_an_idle_beat_reads_the_poll_hint_in_the_same_statement(make_worker_row, enqueue):
-    me, other = make_worker_row("me"), make_worker_row("other")
-    idle = repository.idle_beat(*me, None, lock_timeout="800ms", grace_seconds=0.0)
-    assert idle == repository.IdleBeat("active", frozenset())
-    job = enqueue(required_worker_uid="other")  # runnable, but not for me
-    assert repository.idle_beat(*me, None, lock_timeout="800ms").runnable == frozenset()
-    assert repository.idle_beat(*other, None, lock_timeout="800ms").runnable == {"media"}
-    # The same grace as the poll's: work younger than it was announced to whoever should take it.
-    assert (
-        repository.idle_beat(*other, None, lock_timeout="800ms", grace_seconds=3600).runnable == frozenset()
-    )
-    sql("UPDATE job_schedule SET media_runnable_at = NULL WHERE job_id = %s", [job])
-    sql("UPDATE queue_tasks SET pool = 'background' WHERE job_id = %s", [job])
-    assert repository.idle_beat(*me, None, lock_timeout="800ms").runnable == {"background"}

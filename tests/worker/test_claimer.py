@@ -2,7 +2,6 @@
 ask the lock-free hint first, and that it never claims without a free slot."""
 
 import os
-import time
 import uuid
 from pathlib import Path
 
@@ -198,22 +197,3 @@ def test_young_work_counts_as_a_backlog_only_after_a_notification_to_every_worke
     assert claimer.step() is True  # the backlog: claimed at once, no hint
     assert started.tasks[2][1].more_runnable is False and claimer.hints == 0
     assert claimer._everyone["media"] is False
-
-
-def test_an_idle_beat_that_found_nothing_stands_in_for_the_next_poll(tmp_path, enqueue):
-    claimer, started = claimer_for(tmp_path)
-    claimer.step()  # the first look
-    claimer._next_poll = 0.0  # a poll due now ...
-    claimer.poll_answered(time.monotonic(), frozenset())  # ... but the heartbeat's hint just said nothing
-    assert claimer._next_poll > time.monotonic() + TIMING.poll * 0.7
-    assert claimer.step() is False
-    assert (claimer.claims, claimer.hints, claimer.hints_by_beat) == (2, 0, 1)  # nothing sent
-
-    job = enqueue("noop", {"seconds": 0})
-    sql("UPDATE job_schedule SET media_runnable_at = now() - interval '1 second' WHERE job_id = %s", [job])
-    claimer._next_poll = 0.0
-    claimer.poll_answered(time.monotonic(), frozenset({"media"}))  # it found work: the poll stays due
-    assert claimer.hints_by_beat == 1
-    assert claimer.step() is True
-    assert (claimer.claims, claimer.hints) == (3, 1)
-    assert [str(task.job_id) for _, task in started.tasks] == [str(job)]

@@ -92,22 +92,3 @@ def test_idle_workers_make_about_one_claim_per_enqueued_job(start_worker, enqueu
     )
     assert per_job <= 2.0, (claims, hints)
     assert len({one("SELECT claimed_by FROM queue_tasks WHERE job_id = %s", [j]) for j in jobs}) >= 2
-
-
-BY_BEAT = re.compile(r"\(and (\d+) idle poll\(s\) answered by a heartbeat\)")
-
-
-def test_an_idle_workers_heartbeat_answers_its_poll(start_worker):
-    # The test timing: a poll every 0.5 s (± 20 %), a beat every second. Each idle beat reads the
-    # poll's hint too, and finding nothing it stands in for the claimer's next poll.
-    worker = start_worker("beat-poll", "--concurrency", "2")
-    idle_seconds = 6.0
-    time.sleep(idle_seconds)
-    assert worker.drain() == 0
-    own, by_beat = CLAIMS.search(worker.output()), BY_BEAT.search(worker.output())
-    assert own and by_beat, worker.output()[-2000:]
-    hints, answered = int(own.group(2)), int(by_beat.group(1))
-    print(f"\nidle {idle_seconds:g}s (and start-up): {hints} polls of its own, {answered} answered by a beat")
-    assert answered >= idle_seconds / 2  # about one a second
-    # Polls alone would be ~2 a second; with every beat standing in for one, ~1 a second.
-    assert hints <= 1.6 * (idle_seconds + 2), (hints, answered)
