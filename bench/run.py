@@ -694,7 +694,7 @@ def _farm_rows(results: dict) -> list[tuple[str, str, str]]:
                 f"{size['connections_per_worker']['max']} conn/worker",
                 f"idle {idle['transactions_per_second']} xact/s, PostgreSQL CPU "
                 f"{idle['postgres_cpu_percent_of_one_core']} % of a core (just after start-up: "
-                f"{idle.get('after_startup', {}).get('postgres_cpu_percent_of_one_core', '-')} %)",
+                f"{idle['after_startup']['postgres_cpu_percent_of_one_core']} %)",
             )
         )
         for rate in size["rates"]:
