@@ -46,6 +46,7 @@ PROFILES = {
         "throughput_workers": [2, 1, 4],
         "ceiling_seconds": 10.0,
         "stale_statistics_run": True,
+        "drain_run": True,
         "claim_sizes": [1000, 100_000, 1_000_000],
         "claim_samples": 2000,
         "wakeup_samples": 50,
@@ -69,6 +70,7 @@ PROFILES = {
         "throughput_workers": [2, 1, 4],
         "ceiling_seconds": 4.0,
         "stale_statistics_run": True,
+        "drain_run": True,
         "claim_sizes": [1000, 100_000],
         "claim_samples": 300,
         "wakeup_samples": 20,
@@ -93,6 +95,7 @@ PROFILES = {
         "throughput_workers": [1],
         "ceiling_seconds": 1.0,
         "stale_statistics_run": False,
+        "drain_run": True,
         "claim_sizes": [1000],
         "claim_samples": 30,
         "wakeup_samples": 2,
@@ -196,7 +199,7 @@ class Runner:
         from bench import ceiling, throughput
 
         p = self.profile
-        runs, ceilings = [], []
+        runs, ceilings, drain = [], [], None
         for processes in p["throughput_workers"]:
             slots = processes * CONCURRENCY
             if do_ceiling:  # right before the matching throughput run: the same machine conditions
@@ -215,10 +218,24 @@ class Runner:
                     log=log,
                 )
                 if do_ceiling:
-                    r["ceiling_per_second"] = ceilings[-1]["per_second"]
-                    r["share_of_ceiling"] = round(r["stages_per_second"] / ceilings[-1]["per_second"], 3)
-                    log(f"  -> {100 * r['share_of_ceiling']:.0f} % of the ceiling")
+                    _share(r, ceilings[-1])
                 runs.append(r)
+                if processes == p["throughput_workers"][0] and p.get("drain_run"):
+                    # The headline shape once more in the ceiling's own shape (a filled queue,
+                    # drained), against the same ceiling.
+                    drain = throughput.measure(
+                        self.url,
+                        self.args.database,
+                        self.workdir,
+                        processes=processes,
+                        count=p["throughput_jobs"],
+                        concurrency=CONCURRENCY,
+                        poll_seconds=THROUGHPUT_POLL_SECONDS,
+                        drain=True,
+                        log=log,
+                    )
+                    if do_ceiling:
+                        _share(drain, ceilings[-1])
         stale = None
         if do_throughput and p.get("stale_statistics_run"):
             # The same headline run after ANALYZE recorded statistics of the empty queue (what
@@ -243,6 +260,7 @@ class Runner:
                 "concurrency": CONCURRENCY,
                 "poll_seconds": THROUGHPUT_POLL_SECONDS,
                 "stale_statistics_run": stale,
+                "drain_run": drain,
             }
 
     def run(self) -> int:
@@ -479,6 +497,17 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
             ">= 0.60",
             share is not None and share >= 0.60,
         )
+    drain = _get(results, "throughput", "drain_run")
+    if drain and drain.get("share_of_ceiling") is not None:
+        share = drain["share_of_ceiling"]
+        add(
+            "1c",
+            f"a filled queue drained (the ceiling's shape) as share of the ceiling, "
+            f"{drain['worker_processes']} workers x {CONCURRENCY} slots",
+            share,
+            ">= 0.80",
+            share >= 0.80,
+        )
     sizes = _get(results, "claim", "sizes") or {}
     if "1000" in sizes and len(sizes) > 1:
         largest = max(sizes, key=int)
@@ -540,6 +569,13 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
     return targets
 
 
+def _share(run: dict, ceiling: dict) -> None:
+    """Record a throughput run's share of the ceiling measured right before it."""
+    run["ceiling_per_second"] = ceiling["per_second"]
+    run["share_of_ceiling"] = round(run["stages_per_second"] / ceiling["per_second"], 3)
+    log(f"  -> {100 * run['share_of_ceiling']:.0f} % of the ceiling")
+
+
 def _fmt(value, digits=1) -> str:
     if value is None:
         return "-"
@@ -580,6 +616,19 @@ def _throughput_rows(results: dict) -> list[tuple[str, str, str]]:
                     f"{share}raw loop CPU {_fmt(per, 2)} ms/cycle",
                 )
             )
+    drain = _get(results, "throughput", "drain_run")
+    if drain:
+        cpu = drain.get("cpu_ms_per_stage") or {}
+        share = drain.get("share_of_ceiling")
+        rows.append(
+            (
+                f"(1) throughput {drain['worker_processes']}x{CONCURRENCY}, a filled queue drained",
+                f"{_fmt(drain.get('stages_per_second'))} stages/s",
+                (f"{100 * share:.0f} % of the ceiling; " if share else "")
+                + f"first claim to last finish; CPU {_fmt(cpu.get('total'), 2)} ms/stage "
+                f"(workers {_fmt(cpu.get('workers'), 2)}, PostgreSQL {_fmt(cpu.get('postgres_backends'), 2)})",
+            )
+        )
     stale = _get(results, "throughput", "stale_statistics_run")
     if stale:
         seq = sum(v.get("seq_scans_per_stage", 0) for v in (stale.get("sequential_scans") or {}).values())

@@ -6,6 +6,11 @@ the API's enqueue function) while the workers drain them. Throughput is complete
 stages / (last finish - first enqueue), both PostgreSQL timestamps; a `noop` job without children
 is one stage (its dispatch), which the worker claims, runs and finishes.
 
+With `drain`, the run has the ceiling's shape instead (bench/ceiling.py drains a table filled
+before its clock starts): the measured jobs are committed in one statement while the workers idle
+(nothing is visible to them before the commit), then drained. Throughput is completed stages /
+(last finish - first claim), and the CPU is metered from the commit on, so the enqueue is left out.
+
 The queue tables start "never analyzed" (as on a fresh install). With `stale_statistics` they start
 with statistics of the empty tables instead (ANALYZE of an empty queue, which is what autovacuum
 records on a queue that was drained when it ran): the plans the workers' sessions cache then
@@ -88,16 +93,17 @@ def _warm_up(conn, args: dict, warm: int) -> None:
         raise RuntimeError(f"warm-up: only {done}/{warm} jobs completed in 60 s")
 
 
-def _totals(conn, mark) -> tuple:
-    """(stages completed, stages not completed, seconds from the first enqueue to the last finish,
-    workers that claimed) of the jobs created after `mark`."""
+def _totals(conn, mark, *, from_first_claim: bool = False) -> tuple:
+    """(stages completed, stages not completed, seconds from the first enqueue (or the first
+    claim) to the last finish, workers that claimed) of the jobs created after `mark`."""
+    start = "min(t.started_at)" if from_first_claim else "min(j.created_at)"
     return conn.execute(
-        """SELECT count(*) FILTER (WHERE t.state = 'completed'),
-                  count(*) FILTER (WHERE t.state <> 'completed'),
-                  extract(epoch FROM max(t.finished_at) - min(j.created_at)),
-                  count(DISTINCT t.claimed_by)
-             FROM jobs j JOIN queue_tasks t ON t.job_id = j.id AND t.placement <> 'cluster'
-            WHERE j.created_at > %s""",
+        f"""SELECT count(*) FILTER (WHERE t.state = 'completed'),
+                   count(*) FILTER (WHERE t.state <> 'completed'),
+                   extract(epoch FROM max(t.finished_at) - {start}),
+                   count(DISTINCT t.claimed_by)
+              FROM jobs j JOIN queue_tasks t ON t.job_id = j.id AND t.placement <> 'cluster'
+             WHERE j.created_at > %s""",
         [mark],
     ).fetchone()
 
@@ -158,29 +164,41 @@ def _cpu_per_stage(cpu: dict, stages: int) -> dict:
     }
 
 
-def _measured_run(conn, url: str, database: str, pool: WorkerPool, producer: _Producer, count: int) -> dict:
-    """From the producer's first enqueue until every measured job is terminal, with the CPU of the
-    workers and PostgreSQL metered and the workers' backends sampled; then the run's totals."""
+def _measured_run(
+    conn, url: str, database: str, pool: WorkerPool, producer: _Producer, count: int, drain: bool = False
+) -> dict:
+    """From the producer's first enqueue (or, draining, from the commit of the whole batch) until
+    every measured job is terminal, with the CPU of the workers and PostgreSQL metered and the
+    workers' backends sampled; then the run's totals."""
     mark = db.scalar(conn, "SELECT clock_timestamp()")
+    if drain:  # one statement: the workers see none of it before it commits
+        enqueue_started = time.perf_counter()
+        conn.execute(jobs.ENQUEUE_MANY, producer.args | {"count": count})
+        producer.enqueue_seconds = time.perf_counter() - enqueue_started
     indexes_before = index_stats(conn)
     meter = CpuMeter(database, pool.pids(), url).start()
     sampler = ActivitySampler(url)
     sampler.start()
     started = time.perf_counter()
-    producer.start()
+    if not drain:
+        producer.start()
     finished = jobs.wait_for(
         conn,
         "SELECT count(*) FROM jobs WHERE created_at > %s AND status IN ('completed', 'failed', 'cancelled')",
         [mark],
         count,
         timeout=120 + count / 10,
-        poll=0.05,
+        # The span comes from PostgreSQL's timestamps, not from this loop; draining, the count
+        # over the whole batch is asked less often (on two cores, every 50 ms cost ~0.5 ms of
+        # PostgreSQL CPU per stage).
+        poll=0.25 if drain else 0.05,
     )
     wall = time.perf_counter() - started
     cpu = meter.stop()
     activity = sampler.stop()
-    producer.finish()
-    stages, not_completed, span, workers_used = _totals(conn, mark)
+    if not drain:
+        producer.finish()
+    stages, not_completed, span, workers_used = _totals(conn, mark, from_first_claim=drain)
     return {
         "indexes_before": indexes_before,
         "finished": finished,
@@ -206,6 +224,7 @@ def measure(
     poll_seconds: float = 0.1,
     batch: int = PRODUCER_BATCH,
     stale_statistics: bool = False,
+    drain: bool = False,
     log=print,
 ) -> dict:
     args = jobs.job_args(PAYLOAD)
@@ -216,7 +235,7 @@ def measure(
         pool.start()
         try:
             _warm_up(conn, args, processes * concurrency * 2)
-            run = _measured_run(conn, url, database, pool, producer, count)
+            run = _measured_run(conn, url, database, pool, producer, count, drain)
         finally:
             producer.release.set()
             pool.stop()
@@ -235,8 +254,9 @@ def measure(
         "span_seconds": round(span, 3),
         "wall_seconds": round(run["wall"], 3),
         "enqueue_seconds": round(producer.enqueue_seconds, 3),
-        "producer_batch": batch,
+        "producer_batch": count if drain else batch,
         "stale_statistics": stale_statistics,
+        "drain": drain,
         "stages_per_second": round(stages / span, 1) if span > 0 else None,
         "stages_per_second_by_fifth": run["by_fifth"],
         "cpu": cpu,
@@ -246,6 +266,7 @@ def measure(
         **(_cpu_per_stage(cpu, stages) if stages else {}),
     }
     label = " with statistics of the empty queue" if stale_statistics else ""
+    label += ", draining a filled queue" if drain else ""
     log(
         f"  throughput {processes}x{concurrency}{label}: {result['stages_per_second']} stages/s "
         f"({stages} stages in {span:.2f}s; machine busy {cpu['machine_busy_cpu_seconds']:.1f} CPU-s of "

@@ -188,12 +188,25 @@ def on_keeper_connection():
             release_connection()
         return
     work = connections[DEFAULT_DB_ALIAS]
-    connections[DEFAULT_DB_ALIAS] = connections.create_connection(KEEPER_ALIAS)
+    connections[DEFAULT_DB_ALIAS] = _keeper_wrapper()
     try:
         yield
     finally:
         release_connection()
         connections[DEFAULT_DB_ALIAS] = work
+
+
+_thread_keeper = threading.local()
+
+
+def _keeper_wrapper():
+    """This thread's Django wrapper of the heartbeat pool, made once: a slot thread lives for many
+    stages, and building a wrapper per final write was ~4 % of a worker's Python time per noop stage
+    (py-spy --gil, docs/benchmarks.md "Seventh round"). Between units it holds no connection."""
+    wrapper = getattr(_thread_keeper, "wrapper", None)
+    if wrapper is None:
+        wrapper = _thread_keeper.wrapper = connections.create_connection(KEEPER_ALIAS)
+    return wrapper
 
 
 @contextlib.contextmanager

@@ -44,6 +44,9 @@ def test_smoke_run_writes_its_json(tmp_path):
     run = report["results"]["throughput"]["runs"][0]
     assert run["stages_completed"] == run["jobs"] and run["stages_not_completed"] == 0
     assert run["share_of_ceiling"] > 0
+    # The same shape once more, draining a queue filled in one statement (the ceiling's shape).
+    drain = report["results"]["throughput"]["drain_run"]
+    assert drain["drain"] and drain["stages_completed"] == drain["jobs"] and drain["share_of_ceiling"] > 0
     assert report["results"]["claim"]["sizes"]["1000"]["claim"]["n"] > 0
     assert report["results"]["wakeup"]["notify"]["enqueue_to_handler_start"]["n"] > 0
     assert set(report["results"]["web"]["endpoints"]) == {
@@ -55,7 +58,7 @@ def test_smoke_run_writes_its_json(tmp_path):
     (sample,) = report["results"]["failover"]["cases"]["sigterm_dispatch"]["samples"]
     assert sample["claimed_task"]["placement"] == "dispatch" and sample["claimed_task"]["execution"] == 1
     assert sample["to_next_stage_s"] > 0 and "drained" in sample["reassignments"], sample
-    assert {t["id"] for t in report["targets"]} >= {"1a", "1b", "4", "5"}
+    assert {t["id"] for t in report["targets"]} >= {"1a", "1b", "1c", "4", "5"}
     assert "Targets" in proc.stdout  # the printed table
 
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
