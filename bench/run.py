@@ -199,7 +199,21 @@ class Runner:
         from bench import ceiling, throughput
 
         p = self.profile
-        runs, ceilings, drain = [], [], None
+
+        def measure(processes: int, **options) -> dict:
+            return throughput.measure(
+                self.url,
+                self.args.database,
+                self.workdir,
+                processes=processes,
+                count=p["throughput_jobs"],
+                concurrency=CONCURRENCY,
+                poll_seconds=THROUGHPUT_POLL_SECONDS,
+                log=log,
+                **options,
+            )
+
+        runs, ceilings, drain, stale = [], [], None, None
         for processes in p["throughput_workers"]:
             slots = processes * CONCURRENCY
             if do_ceiling:  # right before the matching throughput run: the same machine conditions
@@ -207,50 +221,20 @@ class Runner:
                 log(f"  ceiling with {slots} connections: {c['per_second']} claim+finish/s")
                 ceilings.append(c)
             if do_throughput:
-                r = throughput.measure(
-                    self.url,
-                    self.args.database,
-                    self.workdir,
-                    processes=processes,
-                    count=p["throughput_jobs"],
-                    concurrency=CONCURRENCY,
-                    poll_seconds=THROUGHPUT_POLL_SECONDS,
-                    log=log,
-                )
+                r = measure(processes)
                 if do_ceiling:
                     _share(r, ceilings[-1])
                 runs.append(r)
                 if processes == p["throughput_workers"][0] and p.get("drain_run"):
                     # The headline shape once more in the ceiling's own shape (a filled queue,
                     # drained), against the same ceiling.
-                    drain = throughput.measure(
-                        self.url,
-                        self.args.database,
-                        self.workdir,
-                        processes=processes,
-                        count=p["throughput_jobs"],
-                        concurrency=CONCURRENCY,
-                        poll_seconds=THROUGHPUT_POLL_SECONDS,
-                        drain=True,
-                        log=log,
-                    )
+                    drain = measure(processes, drain=True)
                     if do_ceiling:
                         _share(drain, ceilings[-1])
-        stale = None
         if do_throughput and p.get("stale_statistics_run"):
             # The same headline run after ANALYZE recorded statistics of the empty queue (what
             # autovacuum leaves when it runs on a drained queue): plans cached from then on.
-            stale = throughput.measure(
-                self.url,
-                self.args.database,
-                self.workdir,
-                processes=2,
-                count=p["throughput_jobs"],
-                concurrency=CONCURRENCY,
-                poll_seconds=THROUGHPUT_POLL_SECONDS,
-                stale_statistics=True,
-                log=log,
-            )
+            stale = measure(2, stale_statistics=True)
         if do_ceiling:
             self.results["ceiling"] = {"runs": ceilings}
         if do_throughput:
