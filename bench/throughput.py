@@ -108,11 +108,13 @@ def _totals(conn, mark, *, from_first_claim: bool = False) -> tuple:
     ).fetchone()
 
 
-def _rates_by_fifth(conn, mark) -> list[float]:
-    """Completions per second in each fifth of the span: a queue that slows down as it churns (dead
-    index entries at the head of the claim index) shows up as a falling series."""
+def _rates_by_fifth(conn, mark, *, from_first_claim: bool = False) -> list[float]:
+    """Completions per second in each fifth of the span (as _totals counts it): a queue that slows
+    down as it churns (dead index entries at the head of the claim index) shows up as a falling
+    series."""
+    start = "min(t.started_at)" if from_first_claim else "min(j.created_at)"
     fifths = conn.execute(
-        """WITH b AS (SELECT min(j.created_at) AS t0, max(t.finished_at) AS t1
+        f"""WITH b AS (SELECT {start} AS t0, max(t.finished_at) AS t1
                         FROM jobs j JOIN queue_tasks t ON t.job_id = j.id WHERE j.created_at > %(m)s)
            SELECT width_bucket(extract(epoch FROM t.finished_at - b.t0), 0,
                                extract(epoch FROM b.t1 - b.t0) + 1e-6, 5) AS fifth,
@@ -209,7 +211,7 @@ def _measured_run(
         "not_completed": not_completed,
         "span": float(span or wall),
         "workers_used": workers_used,
-        "by_fifth": _rates_by_fifth(conn, mark),
+        "by_fifth": _rates_by_fifth(conn, mark, from_first_claim=drain),
     }
 
 
