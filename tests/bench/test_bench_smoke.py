@@ -47,6 +47,8 @@ def test_smoke_run_writes_its_json(tmp_path):
     # The same shape once more, draining a queue filled in one statement (the ceiling's shape).
     drain = report["results"]["throughput"]["drain_run"]
     assert drain["drain"] and drain["stages_completed"] == drain["jobs"] and drain["share_of_ceiling"] > 0
+    # ... right after a ceiling of its own (the smoke profile runs one such pair).
+    assert [pair["share_of_ceiling"] for pair in drain["pairs"]] == [drain["share_of_ceiling"]]
     assert report["results"]["claim"]["sizes"]["1000"]["claim"]["n"] > 0
     assert report["results"]["wakeup"]["notify"]["enqueue_to_handler_start"]["n"] > 0
     assert set(report["results"]["web"]["endpoints"]) == {
