@@ -149,7 +149,11 @@ def test_subsampling_scores_every_nth_frame_and_stays_close_to_every_frame(
     direct = libvmaf_directly(
         ffmpeg, run.output_dir / "renditions/144p.mp4", clips.landscape, (320, 180), tmp_path
     )
-    assert entry["vmaf"] == pytest.approx(direct["vmaf"], abs=2.0)
+    # Every 5th frame of this 75-frame clip read 1.5-2.0 points below every frame in six runs
+    # (2.01 once, in a full suite), and the rendition itself varies from run to run (every-frame
+    # VMAF 75.5-76.5), so a 2-point bound failed now and then; a misaligned or wrongly selected
+    # frame costs tens of points.
+    assert entry["vmaf"] == pytest.approx(direct["vmaf"], abs=3.0)
 
 
 def test_the_default_subsampling_scores_about_twelve_frames_and_one_every_two_seconds_at_least():
