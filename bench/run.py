@@ -273,9 +273,8 @@ class Runner:
             for r in runs
         ]
         if pairs > 1:
-            shares = ", ".join(f"{100 * r['share_of_ceiling']:.0f}" for r in runs)
             log(
-                f"  -> drains against their ceilings: {shares} %; median {100 * median['share_of_ceiling']:.0f} %"
+                f"  -> {100 * median['share_of_ceiling']:.0f} % of the ceiling, {_pair_shares(median).rstrip('; ')}"
             )
         return median
 
