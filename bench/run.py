@@ -196,7 +196,7 @@ class Runner:
     # -- measurements -------------------------------------------------------------------------
 
     def throughput_and_ceiling(self, do_throughput: bool, do_ceiling: bool) -> None:
-        from bench import ceiling, throughput
+        from bench import throughput
 
         p = self.profile
 
@@ -217,16 +217,14 @@ class Runner:
         for processes in p["throughput_workers"]:
             slots = processes * CONCURRENCY
             if do_ceiling:  # right before the matching throughput run: the same machine conditions
-                c = ceiling.measure(self.url, self.args.database, slots, p["ceiling_seconds"])
-                log(f"  ceiling with {slots} connections: {c['per_second']} claim+finish/s")
-                ceilings.append(c)
+                ceilings.append(self._ceiling(slots))
             if do_throughput:
                 r = measure(processes)
                 if do_ceiling:
                     _share(r, ceilings[-1])
                 runs.append(r)
                 if processes == p["throughput_workers"][0] and p.get("drain_pairs"):
-                    drain = self._drains(measure, processes, p["drain_pairs"] if do_ceiling else 0)
+                    drain = self._drains(measure, processes, p["drain_pairs"], with_ceiling=do_ceiling)
         if do_throughput and p.get("stale_statistics_run"):
             # The same headline run after ANALYZE recorded statistics of the empty queue (what
             # autovacuum leaves when it runs on a drained queue): plans cached from then on.
@@ -243,35 +241,37 @@ class Runner:
                 "drain_run": drain,
             }
 
-    def _drains(self, measure, processes: int, pairs: int) -> dict:
+    def _ceiling(self, slots: int) -> dict:
+        from bench import ceiling
+
+        c = ceiling.measure(self.url, self.args.database, slots, self.profile["ceiling_seconds"])
+        log(f"  ceiling with {slots} connections: {c['per_second']} claim+finish/s")
+        return c
+
+    def _drains(self, measure, processes: int, pairs: int, *, with_ceiling: bool) -> dict:
         """The headline shape in the ceiling's own shape (a filled queue, drained), `pairs` times,
         each right after a ceiling of its own. On a shared VM both figures move by a quarter
         within minutes, so a single pair says little: the run returned is the one with the
-        median share, and `pairs` lists them all. Without the ceiling, one drain and no share."""
-        from bench import ceiling
-
-        if pairs == 0:
+        median share, and its `pairs` lists them all. Without the ceiling, one drain and no share."""
+        if not with_ceiling:
             return measure(processes, drain=True)
-        slots = processes * CONCURRENCY
-        runs = []
+        runs, summaries = [], []
         for _ in range(pairs):
-            c = ceiling.measure(self.url, self.args.database, slots, self.profile["ceiling_seconds"])
-            log(f"  ceiling with {slots} connections: {c['per_second']} claim+finish/s")
+            c = self._ceiling(processes * CONCURRENCY)
             run = measure(processes, drain=True)
             _share(run, c)
-            run["ceiling_cpu_ms_per_cycle"] = c["cpu_ms_per_cycle"]
             runs.append(run)
+            summaries.append(
+                {
+                    "ceiling_per_second": c["per_second"],
+                    "stages_per_second": run["stages_per_second"],
+                    "share_of_ceiling": run["share_of_ceiling"],
+                    "cpu_ms_per_stage": (run.get("cpu_ms_per_stage") or {}).get("total"),
+                    "ceiling_cpu_ms_per_cycle": c["cpu_ms_per_cycle"]["total"],
+                }
+            )
         median = sorted(runs, key=lambda r: r["share_of_ceiling"])[(len(runs) - 1) // 2]
-        median["pairs"] = [
-            {
-                "ceiling_per_second": r["ceiling_per_second"],
-                "stages_per_second": r["stages_per_second"],
-                "share_of_ceiling": r["share_of_ceiling"],
-                "cpu_ms_per_stage": (r.get("cpu_ms_per_stage") or {}).get("total"),
-                "ceiling_cpu_ms_per_cycle": r["ceiling_cpu_ms_per_cycle"].get("total"),
-            }
-            for r in runs
-        ]
+        median["pairs"] = summaries
         if pairs > 1:
             log(
                 f"  -> {100 * median['share_of_ceiling']:.0f} % of the ceiling, {_pair_shares(median).rstrip('; ')}"
