@@ -10,7 +10,9 @@ common vocabulary:
 - worker processes: `start_worker(uid, *runworker_args, env=None, ready=True, database_url=None)
   -> WorkerProcess`, with the environment of `worker_env`, which a folder's conftest.py overrides
   to add what its workers need; every worker is killed at teardown, before the test database is
-  flushed, and its output is printed when the test failed.
+  flushed, and its output is printed when the test failed;
+- `fast_retries`: retry backoffs a tenth as long (1.5 s after a first attempt), for the fault tests
+  whose assertions are about what happens after a retry, not about when.
 """
 
 import os
@@ -186,6 +188,18 @@ def worker_env(database_url, tmp_path):
     """The environment of this test's worker processes (tests/kit/workers.py: short timings, the
     test stages, media/output/workspace roots under tmp_path)."""
     return worker_environment(database_url, tmp_path)
+
+
+@pytest.fixture
+def fast_retries(transactional_db):
+    """retry_delay_v1 scaled by 0.1 in this test's database (what the soak does), the original put
+    back at teardown. For tests of recovery and fencing that would otherwise sit out a 15 s backoff
+    they do not measure. The formula, and the retry times a failed attempt stores, are tested in
+    tests/scheduler/test_children_and_retries.py."""
+    from tools.soak.harness import RetryDelayScale
+
+    with RetryDelayScale(0.1):
+        yield
 
 
 @pytest.fixture

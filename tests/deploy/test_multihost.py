@@ -11,10 +11,10 @@ then cut off for longer than its lease:
 
 Either way the cut-off worker must stop its FFmpeg before its lease can be given away, the other
 worker's recovery loop takes the job over (lost in its dispatch, so the dispatch is retried by any
-worker once the backoff ends: same execution, attempt 2), runs it and publishes its file and child
-exactly once; when the link returns, every write the cut-off worker
-still makes for the old lease is rejected (queue_fence_audit accepted=false), its handler stops,
-and the worker goes back to work.
+worker once the backoff ends, a tenth of the usual under `fast_retries`: same execution, attempt
+2), runs it and publishes its file and child exactly once; when the link returns, every write the
+cut-off worker still makes for the old lease is rejected (queue_fence_audit accepted=false), its
+handler stops, and the worker goes back to work.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def ffmpeg_of(worker, marker: str) -> list[psutil.Process]:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("failure", ["cut", "stall"])
 def test_a_cut_off_worker_is_fenced_and_its_stage_recovered_elsewhere(
-    failure, make_proxy, start_worker, database_url, tmp_path
+    failure, make_proxy, start_worker, database_url, tmp_path, fast_retries
 ):
     proxies = {uid: make_proxy() for uid in ("host-a", "host-b")}
     workers = {

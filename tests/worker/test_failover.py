@@ -16,7 +16,7 @@ from tests.kit.workers import LEASE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(120)]
 
-RETRY_BACKOFF = 15  # retry_delay_v1 after a first attempt
+RETRY_BACKOFF = 15  # retry_delay_v1 after a first attempt (a tenth of it under `fast_retries`)
 SLACK = 8  # worker start-up, recovery intervals, the job's own short stages
 
 
@@ -136,7 +136,7 @@ def test_a_job_with_local_work_waits_for_the_delay_then_moves_with_outputs_once(
     assert queries.reassignments()["lost_after_delay"] == 1
 
 
-def test_a_same_uid_restart_inside_the_window_resumes_the_job_in_place(start_worker, enqueue):
+def test_a_same_uid_restart_inside_the_window_resumes_the_job_in_place(start_worker, enqueue, fast_retries):
     a = start_worker("resume-a", "--concurrency", "1")
     job = enqueue("test.fanout", {"children": 2, "leaf_seconds": [0.5, 60]})
     wait_for(lambda: leaf_running(job, "resume-a", 1), 15, "resume-a to reach its second stage", workers=[a])
@@ -163,7 +163,9 @@ def test_a_same_uid_restart_inside_the_window_resumes_the_job_in_place(start_wor
     )
 
 
-def test_a_frozen_worker_that_resumes_is_fenced_and_does_not_take_the_job_back(start_worker, enqueue):
+def test_a_frozen_worker_that_resumes_is_fenced_and_does_not_take_the_job_back(
+    start_worker, enqueue, fast_retries
+):
     job, victim, survivor = two_workers(
         start_worker, enqueue, "frozen", {"children": 1, "dispatch_seconds": 60}
     )
