@@ -30,6 +30,7 @@ MEASUREMENTS = (
     "throughput",
     "ceiling",
     "claim",
+    "serialized",
     "wakeup",
     "web",
     "media",
@@ -49,6 +50,8 @@ PROFILES = {
         "drain_pairs": 3,
         "claim_sizes": [1000, 100_000, 1_000_000],
         "claim_samples": 2000,
+        "serialized_samples": 1000,
+        "serialized_rounds": 3,
         "wakeup_samples": 50,
         "wakeup_poll_samples": 30,
         "web_jobs": 100_000,
@@ -73,6 +76,8 @@ PROFILES = {
         "drain_pairs": 3,
         "claim_sizes": [1000, 100_000],
         "claim_samples": 300,
+        "serialized_samples": 500,
+        "serialized_rounds": 3,
         "wakeup_samples": 20,
         "wakeup_poll_samples": 10,
         "web_jobs": 100_000,
@@ -98,6 +103,8 @@ PROFILES = {
         "drain_pairs": 1,
         "claim_sizes": [1000],
         "claim_samples": 30,
+        "serialized_samples": 20,
+        "serialized_rounds": 1,
         "wakeup_samples": 2,
         "wakeup_poll_samples": 0,
         "web_jobs": 500,
@@ -117,7 +124,7 @@ PROFILES = {
 }
 # Not in the smoke set: media and quality (FFmpeg), farm (its own server), peers (procrastinate and
 # pgqueuer, from the `dev` extra).
-SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "wakeup", "web", "failover")
+SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "serialized", "wakeup", "web", "failover")
 CONCURRENCY = 4
 THROUGHPUT_POLL_SECONDS = 0.1
 
@@ -347,6 +354,7 @@ class Runner:
                     self.results[name] = failure or {"error": "no result"}
         for name, measure in (
             ("claim", self.measure_claim),
+            ("serialized", self.measure_serialized),
             ("wakeup", self.measure_wakeup),
             ("web", self.measure_web),
             ("media", self.measure_media),
@@ -363,6 +371,12 @@ class Runner:
 
         p = self.profile
         return claim_latency.measure(self.url, p["claim_sizes"], p["claim_samples"], log=log)
+
+    def measure_serialized(self) -> dict:
+        from bench import serialized
+
+        p = self.profile
+        return serialized.measure(self.url, p["serialized_samples"], p["serialized_rounds"], log=log)
 
     def measure_wakeup(self) -> dict:
         from bench import wakeup
@@ -523,6 +537,16 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
             share,
             ">= 0.80",
             share >= 0.80,
+        )
+    projected = _get(results, "serialized", "projected_share")
+    if projected is not None:
+        add(
+            "1d",
+            "the scheduler's serialized section against the ceiling's (raw / scheduler claim, one "
+            "connection): the share where cores do not run out",
+            projected,
+            ">= 0.80",
+            projected >= 0.80,
         )
     sizes = _get(results, "claim", "sizes") or {}
     if "1000" in sizes and len(sizes) > 1:
@@ -728,11 +752,12 @@ def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_table(report: dict) -> None:
-    from bench import failover, peers, quality
+    from bench import failover, peers, quality, serialized
 
     results = report["results"]
     rows = (
         _throughput_rows(results)
+        + serialized.table_rows(results.get("serialized"))
         + _claim_rows(results)
         + _wakeup_rows(results)
         + _web_and_media_rows(results)

@@ -38,7 +38,7 @@ def test_smoke_run_writes_its_json(tmp_path):
     report = json.loads(output.read_text())
 
     assert report["suite"] == "jetencode-bench" and report["profile"] == "smoke"
-    for name in ("throughput", "ceiling", "claim", "wakeup", "web", "failover"):
+    for name in ("throughput", "ceiling", "claim", "serialized", "wakeup", "web", "failover"):
         assert name in report["results"], name
         assert "error" not in report["results"][name], report["results"][name]
     run = report["results"]["throughput"]["runs"][0]
@@ -50,6 +50,12 @@ def test_smoke_run_writes_its_json(tmp_path):
     # ... right after a ceiling of its own (the smoke profile runs one such pair).
     assert [pair["share_of_ceiling"] for pair in drain["pairs"]] == [drain["share_of_ceiling"]]
     assert report["results"]["claim"]["sizes"]["1000"]["claim"]["n"] > 0
+    # The serialized section of each claim variant was timed, and each hold is positive (it lasts
+    # at least the walk and the commit).
+    serial = report["results"]["serialized"]
+    for variant in ("scheduler", "scheduler_claim_only", "raw", "raw_no_flush"):
+        assert serial["hold"][variant]["n"] == 20 and serial["hold"][variant]["min_ms"] > 0, serial
+    assert serial["projected_share"] == serial["rounds"][0]["projected_share"] > 0
     assert report["results"]["wakeup"]["notify"]["enqueue_to_handler_start"]["n"] > 0
     assert set(report["results"]["web"]["endpoints"]) == {
         "GET /v2/queue",
@@ -60,7 +66,7 @@ def test_smoke_run_writes_its_json(tmp_path):
     (sample,) = report["results"]["failover"]["cases"]["sigterm_dispatch"]["samples"]
     assert sample["claimed_task"]["placement"] == "dispatch" and sample["claimed_task"]["execution"] == 1
     assert sample["to_next_stage_s"] > 0 and "drained" in sample["reassignments"], sample
-    assert {t["id"] for t in report["targets"]} >= {"1a", "1b", "1c", "4", "5"}
+    assert {t["id"] for t in report["targets"]} >= {"1a", "1b", "1c", "1d", "4", "5"}
     assert "Targets" in proc.stdout  # the printed table
 
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
