@@ -74,6 +74,9 @@ def one_way_latency(conn, samples: int = 200) -> float:
 
 
 class Probe:
+    """Times claims on one connection (the scheduler's through the probe's notice, the raw one
+    through its own clock row) and finishes what each claimed, untimed."""
+
     def __init__(self, conn, session):
         self.conn = conn
         self.locked_at: list[float] = []
