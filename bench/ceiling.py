@@ -21,9 +21,10 @@ import time
 from bench import db
 from bench.workers import CpuMeter
 
-SETUP = """
-DROP TABLE IF EXISTS bench_ceiling_jobs;
-DROP TABLE IF EXISTS bench_ceiling_lock;
+TEARDOWN = "DROP TABLE IF EXISTS bench_ceiling_jobs; DROP TABLE IF EXISTS bench_ceiling_lock;"
+SETUP = (
+    TEARDOWN
+    + """
 CREATE TABLE bench_ceiling_lock (id int PRIMARY KEY, claims bigint NOT NULL DEFAULT 0);
 INSERT INTO bench_ceiling_lock VALUES (1, 0);
 CREATE TABLE bench_ceiling_jobs (
@@ -36,6 +37,7 @@ CREATE TABLE bench_ceiling_jobs (
 );
 CREATE INDEX bench_ceiling_pick ON bench_ceiling_jobs (priority DESC, id) WHERE state = 'pending';
 """
+)
 
 CLAIM = (
     "BEGIN; "
@@ -108,7 +110,7 @@ def measure(url: str, database: str, connections: int, seconds: float) -> dict:
     with db.connect(url) as conn:
         completed = db.scalar(conn, "SELECT count(*) FROM bench_ceiling_jobs WHERE state = 'completed'")
         running = db.scalar(conn, "SELECT count(*) FROM bench_ceiling_jobs WHERE state = 'running'")
-        conn.execute("DROP TABLE bench_ceiling_jobs; DROP TABLE bench_ceiling_lock")
+        conn.execute(TEARDOWN)
     total = sum(counts)
     return {
         "connections": connections,

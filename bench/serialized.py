@@ -182,7 +182,7 @@ def measure(url: str, samples: int, rounds: int, log=print) -> dict:
                     held[v] += this[v]
         finally:
             conn.execute(f"DROP FUNCTION IF EXISTS {PROBE}")
-            conn.execute("DROP TABLE IF EXISTS bench_ceiling_jobs; DROP TABLE IF EXISTS bench_ceiling_lock")
+            conn.execute(ceiling.TEARDOWN)
             db.reset_queue(conn)
     shares = sorted(r["projected_share"] for r in per_round)
     return {
