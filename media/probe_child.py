@@ -107,6 +107,12 @@ def _measure(av, container) -> dict[str, Any]:
     }
 
 
+def _reason(exc: Exception) -> str:
+    """FFmpeg's words without the file name (a /proc/self/fd or workspace path says nothing useful
+    to the user, and is a path a viewer must not see)."""
+    return str(getattr(exc, "strerror", None) or exc.__class__.__name__)
+
+
 def run(mode: str, path: str, formats: str, protocols: str) -> dict[str, Any]:
     import av
 
@@ -121,13 +127,13 @@ def run(mode: str, path: str, formats: str, protocols: str) -> dict[str, Any]:
         # EINVAL from avformat_open_input: the probed demuxer is not on the whitelist.
         return {"reference": True, "error": "not on the whitelist"}
     except (av.error.FFmpegError, OSError) as exc:
-        return {"reference": False, "error": f"not a readable media file ({exc})"}
+        return {"reference": False, "error": f"not a readable media file ({_reason(exc)})"}
     try:
         if mode == "reference":
             return {"reference": False}
         return _measure(av, container)
     except av.error.FFmpegError as exc:
-        return {"reference": False, "error": f"not a readable media file ({exc})"}
+        return {"reference": False, "error": f"not a readable media file ({_reason(exc)})"}
     finally:
         container.close()
 

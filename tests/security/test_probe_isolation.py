@@ -145,3 +145,13 @@ def test_the_measure_sees_a_decode_in_this_process(huge_png):
             frame = next(container.decode(video=0))
             del frame
     assert (rss.peak - rss.before) / MIB > 100
+
+
+def test_a_probe_failure_names_no_path(tmp_path):
+    garbage = tmp_path / "secret-dir" / "bad.mp4"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"not a video" * 100)
+    with pytest.raises(ProbeError) as info:
+        probe(garbage)
+    assert "not a readable media file" in info.value.reason
+    assert "secret-dir" not in info.value.reason and "/" not in info.value.reason
