@@ -177,6 +177,15 @@ def test_the_worker_fails_a_sequence_pattern_cleanly_for_every_type(worker, trap
     assert trap.published_files(dispatch.job_id) == []
 
 
+@pytest.mark.parametrize("job_type", MULTI_INPUT_TYPES)
+def test_the_worker_fails_a_pattern_among_several_inputs(worker, trap, job_type):
+    dispatch = worker.stage_of(job_type, {"inputs": ["pics/red.mp4", "pics/shot%d.png"]})
+    with pytest.raises(PermanentFailure, match="'%'"):
+        dispatch.execute()
+    assert job_status(dispatch.job_id) == "failed"
+    assert trap.published_files(dispatch.job_id) == []
+
+
 def test_a_library_asset_named_with_a_pattern_fails_cleanly(worker, trap):
     asset = MediaAsset.objects.create(path="pics/shot%d.png", title="trap", directory="pics")
     for job_type in ("thumbnail_generate", "compile_gif"):
