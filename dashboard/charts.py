@@ -20,9 +20,9 @@ LEFT, RIGHT, TOP, BOTTOM = 44, 12, 10, 24
 # window, including the fitted default (the span of the samples, up to FIT_MAX_MINUTES).
 RESOLUTION = {1: (1, 10), 3: (2, 30), 6: (5, 60), 12: (10, 120), 24: (15, 180), 48: (30, 360)}
 BUCKET_MINUTES = (1, 2, 5, 10, 15, 30, 60)
-LABEL_MINUTES = (2, 5, 10, 15, 30, 60, 120, 180, 360, 720)
+LABEL_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720)
 MAX_BUCKETS, MAX_LABELS = 96, 8
-FIT_MINUTES = (15, 30, 60, 120, 180, 360)
+FIT_MINUTES = (5, 10, 15, 30, 60, 120, 180, 360)
 FIT_MAX_MINUTES = FIT_MINUTES[-1]
 THROUGHPUT = ("completed", "failed")
 DEPTH = ("pending", "running", "retry_wait", "paused")
@@ -54,7 +54,7 @@ def resolution(minutes: int) -> tuple[int, int]:
 
 
 def fitted_minutes(oldest: datetime | None, now: datetime) -> int:
-    """The default window: the smallest of 15 min … 6 h that holds every sample since `oldest`
+    """The default window: the smallest of 5 min … 6 h that holds every sample since `oldest`
     (plus a minute), so a fresh install's first minutes fill the chart instead of a sliver of it."""
     span = 0 if oldest is None else (now - oldest).total_seconds() / 60 + 1
     return next((m for m in FIT_MINUTES if m >= span), FIT_MAX_MINUTES)

@@ -30,7 +30,7 @@ DEMO_TITLES: dict[str, str] = {
     "videos/demo-portrait.mp4": "Demo · portrait 360×640, 4 s",
     "videos/demo-silent.mp4": "Demo · silent landscape, 3 s",
     "videos/demo-scenes.mp4": "Demo · four scenes with a loud middle, 6 s",
-    "inbox/demo-inbox.mp4": "Demo · inbox clip 480×270, 3 s (try Move to library)",
+    "inbox/demo-inbox.mp4": "Demo · inbox clip 480×270, 3 s",
     "public/demo-public.mp4": "Demo · public clip 480×270, 3 s",
 }
 
