@@ -150,6 +150,14 @@ def _show(f: SchemaField, value: Any) -> None:
         f.value = str(value)
 
 
+def _where(field_name: str, path: list[str]) -> str:
+    """Where inside a field an error is, in words: ladder ["3", "height"] -> "rung 4 height"."""
+    if path and path[0].isdigit():
+        item = "rung" if field_name == "ladder" else "item"
+        return " ".join([f"{item} {int(path[0]) + 1}", *(part.replace("_", " ") for part in path[1:])])
+    return ".".join(path)
+
+
 def _number(raw: str, integer: bool) -> Any:
     try:
         return int(raw) if integer else float(raw)
@@ -313,7 +321,7 @@ class JobForm:
             parts = name.split(".")
             if parts[0] == "params" and len(parts) > 1 and parts[1] in by_name:
                 target = by_name[parts[1]]
-                detail = ".".join(parts[2:])
+                detail = _where(parts[1], parts[2:])
                 target.error = "; ".join(
                     filter(None, [target.error, f"{detail}: {message}" if detail else message])
                 )

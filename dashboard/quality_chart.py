@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from dashboard.charts import divisions
+
 WIDTH, HEIGHT = 420, 180
 LEFT, RIGHT, TOP, BOTTOM = 40, 16, 10, 40
 # A label's box, estimated from its length (10 px text: about 6 px a character, 12 px tall).
@@ -55,8 +57,9 @@ def bitrate_vmaf_chart(quality: dict | None) -> SafeString | None:
         parts.append(
             f'<text class="axis" x="{LEFT - 6}" y="{y(vmaf) + 4:.1f}" text-anchor="end">{vmaf}</text>'
         )
-    for i in range(5):
-        kbps = top_x * i / 4
+    steps = divisions(top_x)  # round tick values: 250 kbit/s in steps of 50, not of 62.5
+    for i in range(steps + 1):
+        kbps = top_x * i / steps
         parts.append(
             f'<text class="axis" x="{x(kbps):.1f}" y="{HEIGHT - 24}" text-anchor="middle">{kbps:g}</text>'
         )

@@ -139,7 +139,9 @@ def test_the_new_job_form_picks_a_library_video_and_edits_the_ladder(page, bob, 
     page.click("#create-job")
     page.wait_for_selector(".field.has-error")
     assert "less than or equal to 51" in page.inner_text('[data-field="crf"] .field-error')
-    assert "3.height" in page.inner_text('[data-field="ladder"] .field-error')
+    assert page.inner_text('[data-field="ladder"] .field-error') == (
+        "rung 4 height: Input should be greater than or equal to 144"
+    )
     assert page.input_value("#f-crf") == "60"
     assert page.locator("tr[data-rung]").count() == 4
     assert page.is_checked(f'[data-picker] input[value="{portrait.id}"]')
