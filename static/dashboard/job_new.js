@@ -5,6 +5,14 @@
  *   the ladder textarea the form posts (the textarea is the form without JavaScript). */
 (function () {
   "use strict";
+  var CODECS = [["", "job's codec"], ["h264", "H.264"], ["hevc", "HEVC"], ["av1", "AV1"]];
+  var PRESETS = {
+    "Source-capped default": [],
+    "HD 1080/720/480": [{ height: 1080 }, { height: 720 }, { height: 480 }],
+    "Mobile 480/360/240": [{ height: 480 }, { height: 360 }, { height: 240 }],
+    "Mixed codecs 720 HEVC/480/360": [{ height: 720, codec: "hevc" }, { height: 480 }, { height: 360 }],
+  };
+
   var select = document.getElementById("job-type");
   if (!select) return;
   select.addEventListener("change", function () {
@@ -29,71 +37,26 @@
   if (json && editor) ladderEditor(json, editor);
 
   function ladderEditor(textarea, box) {
-    var CODECS = [["", "job's codec"], ["h264", "H.264"], ["hevc", "HEVC"], ["av1", "AV1"]];
-    var PRESETS = {
-      "Source-capped default": [],
-      "HD 1080/720/480": [{ height: 1080 }, { height: 720 }, { height: 480 }],
-      "Mobile 480/360/240": [{ height: 480 }, { height: 360 }, { height: 240 }],
-      "Mixed codecs 720 HEVC/480/360": [{ height: 720, codec: "hevc" }, { height: 480 }, { height: 360 }],
-    };
     var rungs = parse(textarea.value);
     if (rungs === null) return; // text that is not a ladder: leave the textarea to show it as typed
     textarea.hidden = true;
     box.hidden = false;
-
-    var presets = el("div", "ladder-presets");
-    presets.appendChild(el("span", "muted", "Presets: "));
-    Object.keys(PRESETS).forEach(function (name) {
-      var b = el("button", "btn", name);
-      b.type = "button";
-      b.dataset.preset = name;
-      b.addEventListener("click", function () {
-        rungs = PRESETS[name].map(function (r) { return Object.assign({}, r); });
-        render();
-      });
-      presets.appendChild(b);
-    });
     var table = el("table", "grid compact ladder-rows");
-    var add = el("button", "btn", "+ Add rung");
-    add.type = "button";
-    add.dataset.addRung = "";
-    add.addEventListener("click", function () {
+    var empty = el("p", "muted ladder-empty", "No rungs: the default ladder (1080/720/480/360, capped at the source's resolution).");
+    var add = button("+ Add rung", function () {
       var last = rungs.length ? rungs[rungs.length - 1].height : 720;
       rungs.push({ height: Math.max(144, Math.round(last / 1.5)) });
       render();
     });
-    var empty = el("p", "muted ladder-empty", "No rungs: the default ladder (1080/720/480/360, capped at the source's resolution).");
-    box.append(presets, table, empty, add);
+    add.dataset.addRung = "";
+    box.append(presetBar(function (preset) { rungs = preset; render(); }), table, empty, add);
     render();
 
     function render() {
       table.innerHTML = "<thead><tr><th>Height (lines)</th><th>Codec</th><th>Peak bitrate (kbit/s)</th><th></th></tr></thead>";
       var body = el("tbody");
       rungs.forEach(function (rung, i) {
-        var tr = el("tr");
-        tr.dataset.rung = i;
-        var height = input("number", rung.height, { min: 144, max: 4320, step: 1, "aria-label": "Rung " + (i + 1) + " height" });
-        height.addEventListener("input", function () { rung.height = number(height.value); write(); });
-        var codec = el("select");
-        codec.setAttribute("aria-label", "Rung " + (i + 1) + " codec");
-        CODECS.forEach(function (c) {
-          var o = el("option", "", c[1]);
-          o.value = c[0];
-          if ((rung.codec || "") === c[0]) o.selected = true;
-          codec.appendChild(o);
-        });
-        codec.addEventListener("change", function () { rung.codec = codec.value || undefined; write(); });
-        var rate = input("number", rung.video_bitrate_kbps, { min: 100, max: 100000, step: 1, placeholder: "by height", "aria-label": "Rung " + (i + 1) + " bitrate" });
-        rate.addEventListener("input", function () { rung.video_bitrate_kbps = number(rate.value); write(); });
-        var remove = el("button", "btn", "Remove");
-        remove.type = "button";
-        remove.addEventListener("click", function () { rungs.splice(i, 1); render(); });
-        [height, codec, rate, remove].forEach(function (control) {
-          var td = el("td");
-          td.appendChild(control);
-          tr.appendChild(td);
-        });
-        body.appendChild(tr);
+        body.appendChild(rungRow(rung, i, write, function () { rungs.splice(i, 1); render(); }));
       });
       table.appendChild(body);
       table.hidden = !rungs.length;
@@ -102,16 +65,64 @@
     }
 
     function write() {
-      var clean = rungs.map(function (r) {
-        var out = { height: r.height };
-        if (r.codec) out.codec = r.codec;
-        if (r.video_bitrate_kbps !== undefined && r.video_bitrate_kbps !== null) out.video_bitrate_kbps = r.video_bitrate_kbps;
-        return out;
-      });
-      textarea.value = clean.length ? JSON.stringify(clean) : "";
+      textarea.value = rungs.length ? JSON.stringify(rungs.map(clean)) : "";
     }
   }
 
+  // The preset buttons; choosing one hands a fresh copy of its rungs to `choose`.
+  function presetBar(choose) {
+    var bar = el("div", "ladder-presets");
+    bar.appendChild(el("span", "muted", "Presets: "));
+    Object.keys(PRESETS).forEach(function (name) {
+      var b = button(name, function () {
+        choose(PRESETS[name].map(function (r) { return Object.assign({}, r); }));
+      });
+      b.dataset.preset = name;
+      bar.appendChild(b);
+    });
+    return bar;
+  }
+
+  // One rung's row: height, codec and bitrate edit `rung` in place (then `changed`), Remove removes it.
+  function rungRow(rung, i, changed, remove) {
+    var tr = el("tr");
+    tr.dataset.rung = i;
+    var label = "Rung " + (i + 1);
+    var height = input("number", rung.height, { min: 144, max: 4320, step: 1, "aria-label": label + " height" });
+    height.addEventListener("input", function () { rung.height = number(height.value); changed(); });
+    var codec = el("select");
+    codec.setAttribute("aria-label", label + " codec");
+    CODECS.forEach(function (c) {
+      var o = el("option", "", c[1]);
+      o.value = c[0];
+      o.selected = (rung.codec || "") === c[0];
+      codec.appendChild(o);
+    });
+    codec.addEventListener("change", function () { rung.codec = codec.value || undefined; changed(); });
+    var rate = input("number", rung.video_bitrate_kbps, { min: 100, max: 100000, step: 1, placeholder: "by height", "aria-label": label + " bitrate" });
+    rate.addEventListener("input", function () { rung.video_bitrate_kbps = number(rate.value); changed(); });
+    [height, codec, rate, button("Remove", remove)].forEach(function (control) {
+      var td = el("td");
+      td.appendChild(control);
+      tr.appendChild(td);
+    });
+    return tr;
+  }
+
+  // A rung as the params schema takes it: height, and codec and bitrate only when set.
+  function clean(r) {
+    var out = { height: r.height };
+    if (r.codec) out.codec = r.codec;
+    if (r.video_bitrate_kbps !== undefined && r.video_bitrate_kbps !== null) out.video_bitrate_kbps = r.video_bitrate_kbps;
+    return out;
+  }
+
+  function button(text, onClick) {
+    var b = el("button", "btn", text);
+    b.type = "button";
+    b.addEventListener("click", onClick);
+    return b;
+  }
   function parse(text) {
     if (!text.trim()) return [];
     try {

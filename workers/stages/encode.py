@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from media import commands, quality
+from media.probe import MediaInfo
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,
@@ -126,22 +127,7 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
     run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
     os.replace(partial, final)
     info = probe_media(final)
-    # A second name for the same bytes: publication moves `final` out of the workspace, and
-    # library.register (which runs only if this stage's finish is accepted) copies from this one.
-    library_copy = out_dir / "library.mp4"
-    library_copy.unlink(missing_ok=True)
-    try:
-        os.link(final, library_copy)
-    except OSError:
-        shutil.copyfile(final, library_copy)
-    register = {
-        "source": workspace_rel(ctx, library_copy),
-        "path": p["library_path"],
-        "directory": p["library_directory"],
-        "title": p.get("title") or Path(name).stem,
-        "metadata": info.asset_fields(),
-        **_library_thumbnail(ctx, final, info.duration_seconds),
-    }
+    register = _register_payload(ctx, final, info)
     if p.get("quality"):
         # Measured (and gated) before anything is published: the quality stage publishes.
         rendition = {
@@ -170,6 +156,28 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
         "bitrate": info.bitrate,
         "duration_seconds": info.duration_seconds,
         "library_path": p["library_path"],
+    }
+
+
+def _register_payload(ctx: StageContext, final: Path, info: MediaInfo) -> dict:
+    """The library.register payload for the re-encoded file `final` (probed: `info`), with the
+    copy it registers from and its thumbnail."""
+    p = ctx.payload
+    # A second name for the same bytes: publication moves `final` out of the workspace, and
+    # library.register (which runs only if this stage's finish is accepted) copies from this one.
+    library_copy = final.parent / "library.mp4"
+    library_copy.unlink(missing_ok=True)
+    try:
+        os.link(final, library_copy)
+    except OSError:
+        shutil.copyfile(final, library_copy)
+    return {
+        "source": workspace_rel(ctx, library_copy),
+        "path": p["library_path"],
+        "directory": p["library_directory"],
+        "title": p.get("title") or final.stem,
+        "metadata": info.asset_fields(),
+        **_library_thumbnail(ctx, final, info.duration_seconds),
     }
 
 
