@@ -301,6 +301,8 @@ def library_register(ctx: StageContext) -> dict:
             "source_job_id": source_job_id,
             "valid": True,
             "validated_at": timezone.now(),
+            # "<job id>/thumbnail.jpg", published with the video (reencode_streaming), or none.
+            "thumbnail": payload.get("thumbnail", ""),
             **fields,
         },
     )
