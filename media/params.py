@@ -180,7 +180,11 @@ def exactly_one_of(first: str, second: str) -> dict:
     in the params schema so that a request it calls valid is one the API accepts. Not both; and
     when the first is missing, the second. (`not` and `if`, not a `oneOf` of the object itself,
     which client generators turn into a union of two classes instead of one params class.)"""
-    return {"not": {"allOf": [_given(first), _given(second)]}, "if": {"not": _given(first)}, "then": _given(second)}
+    return {
+        "not": {"allOf": [_given(first), _given(second)]},
+        "if": {"not": _given(first)},
+        "then": _given(second),
+    }
 
 
 def _given(name: str) -> dict:
