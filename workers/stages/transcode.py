@@ -169,7 +169,9 @@ def _package_child(params: TranscodeParams, ladder: list[dict], duration: float)
 
 def _n_subsample(params: TranscodeParams, info) -> int:
     frames = quality.frame_count(info.duration_seconds, info.fps)
-    return quality.n_subsample_for(frames, info.fps, params.vmaf_subsample)
+    # Renditions have a keyframe at every segment boundary: the GOP the scored frames must not follow.
+    gop = round(params.segment_seconds * (info.fps or 25))
+    return quality.n_subsample_for(frames, info.fps, params.vmaf_subsample, gop_frames=gop)
 
 
 def _sample_writer(params: TranscodeParams, ladder: list[dict], info) -> tuple[str | None, dict | None]:
