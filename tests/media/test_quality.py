@@ -15,7 +15,7 @@ import av
 import pytest
 from django.test import Client
 
-from media import commands, quality, webhooks
+from media import cmaf, commands, quality, webhooks
 from media.ffmpeg import encoder_catalog
 from tests.kit.db import job_status
 from tests.kit.web import Api, Receiver, issue_token
@@ -341,12 +341,38 @@ def test_hevc_and_av1_ladders_package_as_fmp4_hls_that_decodes(catalog_worker, r
             decoded = [f for f in container.decode(stream)]
             assert (stream.codec_context.width, stream.codec_context.height) == size
         assert len(decoded) == 75, name  # 3 s at 25 fps, every frame decodes
+    assert_cmaf_ladder(run.output_dir / "hls", ["180p", "144p"], master)
     document = json.loads((run.output_dir / "quality.json").read_text())
     encoders = {r["name"]: (r["codec"], r["encoder"]) for r in document["renditions"]}
     assert encoders == {"180p": ("hevc", "libx265"), "144p": ("av1", "libaom-av1")}
     assert all(50 < r["vmaf"] <= 100 for r in document["renditions"])
     hevc_stage = [s for s in run.of("transcode.rendition") if s.payload["name"] == "180p"][0]
     assert any("encoder libx265" in line for line in hevc_stage.logs())
+
+
+def assert_cmaf_ladder(hls: Path, video: list[str], master: str) -> None:
+    """CMAF (ISO/IEC 23000-19) as the HLS authoring spec and hls.js/Shaka read it: every init
+    segment has the `cmfc` brand and exactly one track, video renditions are video-only, the audio
+    is one rendition in an EXT-X-MEDIA group that every variant names, every media segment is a
+    `cmfs` segment of that one track with `tfdt` and default-base-is-moof fragments."""
+    media = re.findall(r"^#EXT-X-MEDIA:(.*)$", master, re.M)
+    assert len(media) == 1 and 'TYPE=AUDIO,GROUP-ID="audio"' in media[0], master
+    assert 'URI="audio/index.m3u8"' in media[0] and 'CHANNELS="2"' in media[0] and "DEFAULT=YES" in media[0]
+    variants = re.findall(r"^#EXT-X-STREAM-INF:(.*)$", master, re.M)
+    assert len(variants) == len(video) and all('AUDIO="audio"' in v for v in variants), master
+    for name, kind in [*((v, "vide") for v in video), ("audio", "soun")]:
+        init = cmaf.describe(hls / name / "init.mp4")
+        assert "cmfc" in init.brands and init.handlers == [kind] and len(init.track_ids) == 1, (name, init)
+        playlist = (hls / name / "index.m3u8").read_text()
+        segments = re.findall(r"^(seg_\d+\.m4s)$", playlist, re.M)
+        assert segments and '#EXT-X-MAP:URI="init.mp4"' in playlist
+        for segment in segments:
+            facts = cmaf.describe(hls / name / segment)
+            assert facts.major_brand == "cmfs" and facts.track_ids == init.track_ids, (name, segment, facts)
+            assert facts.fragments == facts.fragments_with_tfdt == facts.fragments_base_is_moof >= 1
+    with av.open(str(hls / "audio/index.m3u8")) as container:
+        assert not container.streams.video and container.streams.audio[0].codec_context.name == "aac"
+        assert sum(1 for _ in container.decode(audio=0)) > 0
 
 
 # --- per-title target_vmaf ---------------------------------------------------------------------
