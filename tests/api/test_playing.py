@@ -245,3 +245,25 @@ def test_a_signed_url_never_reaches_outside_the_job(viewer_api, anonymous_api, l
     base = path_of(signed(viewer_api, local_job)["url"])
     for name in ("../../outputs/report.json", "hls/../../x", "missing.mp4", "%2e%2e/report.json"):
         assert anonymous_api.get(base + name).status_code == 404, name
+
+
+# ---- JSON on every error status -----------------------------------------------------------------
+
+
+def test_errors_django_answers_itself_are_json_under_the_api(viewer_api, local_job):
+    # A Host not in ALLOWED_HOSTS: Django refuses it before any view (DisallowedHost → 400).
+    bad_host = viewer_api.client.get("/v2/jobs", headers=viewer_api.headers(), HTTP_HOST="evil.example")
+    assert bad_host.status_code == 400 and bad_host["Content-Type"] == "application/json"
+    assert "Host" in bad_host.json()["detail"]
+    statuses = {
+        416: viewer_api.get(f"/v2/jobs/{local_job}/outputs/report.json", headers={"Range": "bytes=999-"}),
+        405: viewer_api.client.put("/v2/jobs", headers=viewer_api.headers()),
+        404: viewer_api.get("/v2/nothing-here"),
+        401: Client().get("/v2/jobs"),
+    }
+    for status, response in statuses.items():
+        assert response.status_code == status
+        assert response["Content-Type"] == "application/json" and response.json()["detail"], status
+    # Django's own pages stay HTML outside the API.
+    page = Client().get("/accounts/login/", HTTP_HOST="evil.example")
+    assert page.status_code == 400 and "application/json" not in page["Content-Type"]
