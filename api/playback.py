@@ -80,6 +80,10 @@ class PlaybackSessionAuth(SessionAuth):
         return _as_viewer(request, lambda: super(PlaybackSessionAuth, self).__call__(request))
 
 
+# The same credentials as every operation, so the same security schemes in the OpenAPI document
+# (ninja names a scheme after its class): only the authorization differs.
+PlaybackTokenAuth.__name__ = TokenAuth.__name__
+PlaybackSessionAuth.__name__ = SessionAuth.__name__
 VIEWER_AUTH = [PlaybackTokenAuth(), PlaybackSessionAuth()]
 
 
