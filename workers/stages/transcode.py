@@ -376,12 +376,7 @@ def transcode_package(ctx: StageContext) -> dict:
     workspace = Path(ctx.workspace)
     building = fresh_dir(workspace / f"{HLS_DIR}.partial")
     renditions = p["renditions"]
-    sources = {str(r["name"]): ws(ctx, f"{RENDITIONS_DIR}/{r['name']}.mp4") for r in renditions}
-    for name, src in sources.items():
-        if not src.exists():
-            # The scheduler holds this stage until its siblings completed; a missing rendition means
-            # the workspace was lost (e.g. cleaned) and only a new execution can help.
-            raise PermanentFailure(f"rendition {name} is missing from the workspace")
+    sources = _rendition_sources(ctx, renditions)
     cmaf_sources = [sources[str(r["name"])] for r in renditions if r.get("codec") in FMP4_CODECS]
     audio_src = next((src for src in cmaf_sources if probe(src).has_audio), None)
     throttle = throttle_for(ctx)
@@ -428,6 +423,16 @@ def transcode_package(ctx: StageContext) -> dict:
             {"uri": v.uri, "bandwidth": v.bandwidth, "resolution": f"{v.width}x{v.height}"} for v in variants
         ]
     }
+
+
+def _rendition_sources(ctx: StageContext, renditions: list[dict]) -> dict[str, Path]:
+    sources = {str(r["name"]): ws(ctx, f"{RENDITIONS_DIR}/{r['name']}.mp4") for r in renditions}
+    for name, src in sources.items():
+        if not src.exists():
+            # The scheduler holds this stage until its siblings completed; a missing rendition means
+            # the workspace was lost (e.g. cleaned) and only a new execution can help.
+            raise PermanentFailure(f"rendition {name} is missing from the workspace")
+    return sources
 
 
 def _package_rendition(
