@@ -11,7 +11,7 @@ import threading
 from django.urls import get_script_prefix
 from ninja import NinjaAPI
 
-from api import errors, jobs, openapi, outputs, queue, stats, system, workers
+from api import errors, jobs, openapi, outputs, playback, queue, stats, system, workers
 from api.auth import AUTH
 from api.rendering import DisclosingRenderer
 
@@ -70,6 +70,7 @@ errors.install(api)
 
 api.add_router("/v2/jobs", jobs.router)
 api.add_router("/v2/jobs", outputs.router)
+api.add_router("/v2/jobs", playback.router)
 api.add_router("/v2/job-types", jobs.types_router)
 api.add_router("/v2/queue", queue.router)
 api.add_router("/v2/workers", workers.router)

@@ -161,7 +161,14 @@ def create_job(request: HttpRequest, payload: JobIn, response: HttpResponse):
 @router.get("", response={200: JobPageOut, **responses(*AUTH_ERRORS, 422)}, summary="List jobs, newest first")
 def list_jobs(
     request: HttpRequest,
-    page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
+    page: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_PAGE,
+            description=f"At most {MAX_PAGE}: follow pagination.next_cursor, or filter, to reach older jobs",
+        ),
+    ] = 1,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
     status: Annotated[JobStatus | None, Query()] = None,
     type: Annotated[Text | None, Query(max_length=64, description="Job type")] = None,
@@ -181,8 +188,9 @@ def list_jobs(
         ),
     ] = None,
 ):
-    """Newest first. Pages by `page` up to an offset of 10,000 jobs; past that (and for any long
-    walk) follow `pagination.next_cursor`, which costs the same on every page."""
+    """Newest first. Pages by `page` up to page 501 (an offset of at most 250,000 jobs at the
+    largest limit); past that, and for any long walk, follow `pagination.next_cursor`, which costs
+    the same on every page."""
     filters = {
         "status": status or None,
         "type": type or None,

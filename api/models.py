@@ -70,3 +70,23 @@ class ApiToken(models.Model):
         token.set_raw(raw)
         token.save()
         return token, raw
+
+
+class PlaybackGeneration(models.Model):
+    """How many times a job's signed playback URLs were revoked (api.playback). A URL carries the
+    generation it was made in; `DELETE /v2/jobs/{id}/playback` adds one, so every URL made before
+    stops working at once while the URLs themselves stay stateless (nothing stored per URL).
+
+    `job_id` is not a foreign key: jobs are purged by SQL (retention), which a Django-only cascade
+    would not follow; a generation left behind by a purged job is one small row that names nothing.
+    """
+
+    job_id = models.UUIDField(primary_key=True)
+    generation = models.PositiveIntegerField(default=0)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "api_playback_generations"
+
+    def __str__(self) -> str:
+        return f"playback of {self.job_id}: generation {self.generation}"

@@ -1,16 +1,19 @@
 """Bounded paging for every API list: an offset is at most MAX_OFFSET rows (OFFSET reads and drops
 every row before the page, so a page in the millions is a table scan anyone with a read token could
 repeat), and the job list, which grows without end, also pages by cursor (keyset: the next page
-starts after the last job of this one, at the cost of one index step)."""
+starts after the last job of this one, at the cost of one index step). The bound is the `page` and
+`limit` parameters' declared maxima (api.schemas), so the schema says it; `offset_of` checks it
+again for callers that build pages themselves."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
 
+from api.schemas import MAX_LIMIT, MAX_PAGE
 from media import submission
 
-MAX_OFFSET = 10_000
+MAX_OFFSET = (MAX_PAGE - 1) * MAX_LIMIT
 CURSOR_SEPARATOR = "~"
 
 

@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "corsheaders",
     "jetencode",
     "scheduler",
     "media",
@@ -62,6 +63,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a preflight is answered before anything else can turn it into a redirect or a 405.
+    "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "jetencode.middleware.RefuseNulMiddleware",
@@ -72,6 +75,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "api.middleware.JsonMethodNotAllowedMiddleware",
+    # Innermost: a HEAD runs the GET view and loses only the body (api/middleware.py).
+    "api.middleware.HeadAsGetMiddleware",
 ]
 
 ROOT_URLCONF = "jetencode.urls"
@@ -155,6 +160,25 @@ SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"  # nothing is framed: outputs play in <video>, which X-Frame-Options does not affect
 # Load balancer health checks and Prometheus scrape over plain HTTP inside the network.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# --- CORS: players and apps on other sites (docs/api.md, "Playing outputs on your site") ---
+# Only the API (and /healthz, /metrics) answer cross-origin, and only to the listed origins
+# (scheme://host[:port]); "*" allows any. Credentials are the bearer token or a signed playback
+# URL, never cookies, so no Access-Control-Allow-Credentials.
+CORS_ALLOWED_ORIGINS = [o for o in envlist("JETENCODE_CORS_ORIGINS") if o != "*"]
+CORS_ALLOW_ALL_ORIGINS = "*" in envlist("JETENCODE_CORS_ORIGINS")
+CORS_URLS_REGEX = r"^/(v1/|v2/|healthz$|metrics$)"
+CORS_ALLOW_HEADERS = (
+    "accept",
+    "authorization",
+    "content-type",
+    "if-modified-since",
+    "if-none-match",
+    "if-range",
+    "range",
+)
+# What a player reads from a response: byte ranges for seeking, validators, where a new job is.
+CORS_EXPOSE_HEADERS = ("Accept-Ranges", "Content-Length", "Content-Range", "ETag", "Location", "Retry-After")
+CORS_PREFLIGHT_MAX_AGE = envint("JETENCODE_CORS_MAX_AGE", 3600, minimum=0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("JETENCODE_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 
 # --- Scheduler and worker timing (validated again by the worker at start) ---

@@ -35,8 +35,13 @@ from media.commands import _num, _path, base_args
 VMAF_MODEL = "vmaf_v0.6.1"
 METRICS = ("vmaf", "psnr", "ssim")
 # Subsampling: about this many frames scored per rendition, but never fewer than one frame every
-# two seconds (n_subsample <= 2 x fps). bench/quality.py measures what it costs (docs/benchmarks.md).
-VMAF_SAMPLE_FRAMES = 12
+# two seconds (n_subsample <= 2 x fps), so it only matters below ~50 s of video. 24 rather than 12:
+# the per-frame VMAF of an encode varies by a few points within each GOP, and the mean of 12 frames
+# strayed up to 1 point from the every-frame mean on the test clips, 24 about 0.5 (docs/media.md,
+# "Measured quality"). bench/quality.py measures what it costs (docs/benchmarks.md).
+VMAF_SAMPLE_FRAMES = 24
+# How much a stride's distance from the wanted one (|log ratio|) weighs against its GOP discrepancy.
+STRIDE_DISTANCE_WEIGHT = 0.3
 MAX_SECONDS_BETWEEN_SCORED = 2
 VMAF_THREADS = 2
 # A rendition "reaches" target_vmaf when its full measured VMAF is at least target - this.
@@ -53,14 +58,47 @@ def frame_count(seconds: float, fps: float | None) -> int:
     return int(seconds * (fps or 25))
 
 
-def n_subsample_for(frames: int, fps: float | None, override: int | None = None) -> int:
-    """Score every Nth frame: `override` when given, else about VMAF_SAMPLE_FRAMES frames, capped so
-    at least one frame every MAX_SECONDS_BETWEEN_SCORED seconds is scored."""
+def n_subsample_for(
+    frames: int, fps: float | None, override: int | None = None, gop_frames: int | None = None
+) -> int:
+    """Score one frame in N: `override` when given, else about VMAF_SAMPLE_FRAMES frames, at least
+    one every MAX_SECONDS_BETWEEN_SCORED seconds, with N chosen by `unaligned_stride` so that the
+    scored frames never line up with the GOP (`gop_frames`; unknown: 2 s of frames, whose
+    divisors include the 1 s GOP) or an encoder's mini-GOP."""
     if override:
         return max(1, int(override))
     wanted = max(1, math.ceil(max(frames, 1) / VMAF_SAMPLE_FRAMES))
     cap = max(1, int(round((fps or 25) * MAX_SECONDS_BETWEEN_SCORED)))
-    return min(wanted, cap)
+    gop = int(gop_frames) if gop_frames else 2 * max(1, int(round(fps or 25)))
+    return unaligned_stride(min(wanted, cap), cap, frames, gop)
+
+
+def unaligned_stride(wanted: int, cap: int, frames: int, gop: int) -> int:
+    """The stride closest to `wanted` (at most `cap`) whose scored frames 0, N, 2N... fall evenly on
+    the positions of a GOP. A stride sharing a factor with the GOP revisits the same few positions
+    (N = GOP scores only keyframes: +2 VMAF on a real 720p HEVC ladder, +4 to +11 on the test
+    clips, where a keyframe reads far above the frames before the next one). So N is coprime with
+    the GOP, odd and not a multiple of 3 (B-pyramids and AV1's altref intervals repeat every 2, 4,
+    8, 16 or 3, 6 frames), and among those the one whose GOP positions have the lowest discrepancy
+    (`gop_discrepancy`), traded against straying from `wanted` (which sets the cost)."""
+    if wanted < 3 or gop < 2:
+        return wanted
+    candidates = [n for n in range(3, min(cap, 2 * wanted) + 1) if n % 2 and n % 3 and math.gcd(n, gop) == 1]
+    if not candidates:
+        return wanted
+    return min(
+        candidates,
+        key=lambda n: gop_discrepancy(n, frames, gop) + STRIDE_DISTANCE_WEIGHT * abs(math.log(n / wanted)),
+    )
+
+
+def gop_discrepancy(stride: int, frames: int, gop: int) -> float:
+    """How unevenly frames 0, stride, 2 x stride... below `frames` cover the positions of a GOP:
+    the star discrepancy of their positions (k x stride mod gop) / gop, 0 for perfectly even, 1
+    when they all fall on one position."""
+    positions = sorted((k % gop) / gop for k in range(0, max(frames, 1), stride))
+    count = len(positions)
+    return 1 / (2 * count) + max(abs(x - (2 * i + 1) / (2 * count)) for i, x in enumerate(positions))
 
 
 def libvmaf_features(metrics: list[str] | tuple[str, ...]) -> str:

@@ -139,6 +139,7 @@ def live_environment(live_server, start_worker, worker_env, settings, tmp_path):
     settings.OUTPUT_ROOT_DIR = roots["OUTPUT_ROOT"]
     settings.WORKSPACE_ROOT_DIR = roots["WORKSPACE_ROOT"]
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": True}
+    settings.CORS_ALLOWED_ORIGINS = ["https://player.example"]  # JETENCODE_CORS_ORIGINS in the docs
     seed_demo_clips(roots["MEDIA_ROOT"])
     User.objects.create_superuser("admin", "admin@example.com", "not-used")
     start_worker("docs-worker", "--concurrency", "3", env={"JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true"})

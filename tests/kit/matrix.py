@@ -18,7 +18,7 @@ import uuid
 from django.db import connection
 from django.urls import reverse
 
-from api.models import ApiToken
+from api.models import ApiToken, PlaybackGeneration
 from dashboard.views.actions import JOB_ACTIONS
 from media.models import MediaAsset
 from media.storage import LocalStorage
@@ -132,6 +132,12 @@ API = {
         200,
         None,
     ),
+    ("POST", "/v2/jobs/{job_id}/playback"): (lambda w: ({"job_id": w.job()}, {"ttl_seconds": 60}), 200, None),
+    ("DELETE", "/v2/jobs/{job_id}/playback"): (
+        lambda w: ({"job_id": w.job()}, None),
+        200,
+        lambda p: PlaybackGeneration.objects.filter(job_id=p["job_id"], generation=1).exists(),
+    ),
     ("GET", "/v2/job-types"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/queue"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/queue/{job_id}"): (lambda w: ({"job_id": w.job()}, None), 200, None),
@@ -189,6 +195,11 @@ API = {
 }
 PUBLIC = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v2/openapi.json"), ("GET", "/v2/docs")}
 SAFE = ("GET", "HEAD", "OPTIONS")
+# Not safe methods, but they change nothing a viewer could not already read: a viewer (and a read
+# token) may make a signed playback URL of what they may play anyway.
+VIEWER_MAY = {("POST", "/v2/jobs/{job_id}/playback")}
+# Credentials in the path, none in headers: the signed playback URLs (tests/api/test_playing.py).
+SIGNED = {("GET", "/v2/jobs/{job_id}/playback/{token}/{name}")}
 
 
 # ---- the dashboard -------------------------------------------------------------------------------------
