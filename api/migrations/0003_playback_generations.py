@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("api", "0001_initial")]
+    dependencies = [("api", "0002_fleet_scope")]
 
     operations = [
         migrations.CreateModel(
