@@ -182,9 +182,10 @@ def list_jobs(
         Text | None, Query(max_length=200, description="Jobs assigned to or targeted at this worker uid")
     ] = None,
     cursor: Annotated[
-        Text | None,
+        str | None,
         Query(
-            max_length=100, description="Continue after the last job of a page: its pagination.next_cursor"
+            pattern=paging.CURSOR_PATTERN,
+            description="Continue after the last job of a page: its pagination.next_cursor",
         ),
     ] = None,
 ):

@@ -8,7 +8,7 @@ again for callers that build pages themselves."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from api.schemas import MAX_LIMIT, MAX_PAGE
 from media import submission
@@ -32,20 +32,22 @@ def offset_of(page: int, limit: int, hint: str) -> int:
     return offset
 
 
+# A cursor is the last job's created_at in microseconds since the epoch and its id. The schema
+# declares this pattern, and every string that matches it parses (16 digits reach the year 2286),
+# so a request the schema calls valid is never refused for its cursor.
+CURSOR_PATTERN = (
+    f"^[0-9]{{1,16}}{CURSOR_SEPARATOR}[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}$"
+)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def cursor_of(created_at: datetime, job_id: uuid.UUID) -> str:
     """The cursor that continues after this job (newest-first order: created_at, then id)."""
-    return f"{created_at.isoformat()}{CURSOR_SEPARATOR}{job_id}"
+    micros = (created_at - EPOCH) // timedelta(microseconds=1)
+    return f"{micros}{CURSOR_SEPARATOR}{job_id}"
 
 
 def parse_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    """(created_at, id) of a cursor from `cursor_of`, or a 422 naming `cursor`."""
-    try:
-        moment, _, job_id = cursor.partition(CURSOR_SEPARATOR)
-        parsed = datetime.fromisoformat(moment), uuid.UUID(job_id)
-        if parsed[0].tzinfo is None:
-            raise ValueError("naive")
-        return parsed
-    except ValueError:
-        raise submission.ValidationError(
-            [{"field": "cursor", "message": "not a cursor this API gave (pagination.next_cursor)"}]
-        ) from None
+    """(created_at, id) of a cursor from `cursor_of` (the API checked CURSOR_PATTERN already)."""
+    micros, _, job_id = cursor.partition(CURSOR_SEPARATOR)
+    return EPOCH + timedelta(microseconds=int(micros)), uuid.UUID(job_id)
