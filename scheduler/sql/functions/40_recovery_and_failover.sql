@@ -14,6 +14,8 @@
 --   lost_after_delay  the worker is lost longer than JETENCODE_REASSIGN_AFTER_SECONDS and the job has
 --                     local work
 --   manual            an operator's redispatch
+--   lost_reserved     a dedicated worker lost its reservation (55_reservations.sql): its job
+--                     moves at once, running stages included, to the reservation's next worker
 -- "Moving" a job whose dispatch has not completed (and nothing of it runs) clears the assignment:
 -- the dispatch is retried by any worker, same execution, attempts kept. Any other move starts a new
 -- execution (redispatch_job_v2). Targeted jobs (required_worker_uid) never move: they wait for their
@@ -195,6 +197,7 @@ BEGIN
     WHEN 'lost_in_dispatch' THEN 'lost (no heartbeat for ' || format_seconds_v2(silence) || ', no local work)'
     WHEN 'lost_after_delay' THEN 'lost (no heartbeat for ' || format_seconds_v2(silence)
                                  || ', longer than the reassignment delay of ' || format_seconds_v2(p_silent_seconds) || ')'
+    WHEN 'lost_reserved' THEN 'lost its reservation (last heartbeat ' || format_seconds_v2(silence) || ' ago)'
     ELSE p_cause END;
 
   IF p_cause LIKE 'lost\_%' AND s.lost_workers >= j.max_attempts THEN
