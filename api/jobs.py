@@ -122,6 +122,7 @@ def job_detail(request: HttpRequest, job: queries.JobRow) -> dict:
         "outputs": [output_entry(request, o) for o in outputs],
         "log_tail": lines,
         "queue": asdict(entry) if entry else None,
+        "reservation": next(iter(queries.job_reservations(job.id, limit=1)), None),
         "quality": job_quality(job.id, job.execution_id),
     }
 

@@ -28,6 +28,7 @@ from scheduler.constants import (
     PLACEMENTS,
     POOLS,
     QUEUE_STATUSES,
+    RESERVATION_STATES,
     RESOURCE_CATEGORIES,
     TASK_STATES,
 )
@@ -40,6 +41,7 @@ TaskState = Literal[TASK_STATES]
 Lifecycle = Literal[LIFECYCLES]
 Placement = Literal[PLACEMENTS]
 Pool = Literal[POOLS]
+ReservationState = Literal[RESERVATION_STATES]
 Direction = Literal["up", "down", "top", "bottom"]
 
 
@@ -143,6 +145,24 @@ class JobPaginationOut(PaginationOut):
     )
 
 
+class ReservationOut(Schema):
+    id: UUID = Field(description="The reservation id: a provisioner starts `runworker --reservation ID`")
+    job_id: UUID | None
+    state: ReservationState = Field(
+        description="requested (waiting for a worker), bound (a worker holds it), released (ended: the job "
+        "finished, or it went back to shared execution), failed (nobody bound it in time: the job runs shared)"
+    )
+    worker_uid: str | None = Field(description="The bound worker (while bound)")
+    generation: int = Field(description="How many times a worker bound it; a rebind after a lost worker is the next")
+    last_error: str = Field(description="Why it waits or ended: the provisioner's exit and last stderr line, a lost worker")
+    provision_attempts: int = Field(description="Provisioner runs since it was last requested")
+    created_at: datetime
+    requested_at: datetime | None = Field(description="Since when it waits for a worker")
+    bound_at: datetime | None
+    ended_at: datetime | None
+    updated_at: datetime
+
+
 class QueueEntryOut(Schema):
     job_id: UUID
     type: str
@@ -172,6 +192,9 @@ class QueueEntryOut(Schema):
     cancel_requested: bool
     resource_category: ResourceCategory | None
     vram_mb: int | None
+    reservation: ReservationOut | None = Field(
+        None, description="A dedicated job's reservation (POST /v2/queue/{id}/dedicate); null for shared jobs"
+    )
 
     @model_serializer(mode="wrap")
     def _omit_waiting_seconds(self, handler):
@@ -257,6 +280,9 @@ class JobDetailOut(JobSummaryOut):
     outputs: list[OutputOut] = Field(description="Files published by the current execution")
     log_tail: list[str] = Field(description="The last lines of the job log")
     queue: QueueEntryOut | None = Field(description="The job's queue entry while it is in the queue")
+    reservation: ReservationOut | None = Field(
+        None, description="The job's latest dedicated-execution reservation, whatever its state; null if never dedicated"
+    )
     quality: dict[str, Any] | None = Field(
         None,
         description="Measured quality of the outputs (quality.json: VMAF/PSNR/SSIM per rendition); null until measured",

@@ -63,6 +63,30 @@ class QueueEntry:
     cancel_requested: bool
     resource_category: str | None
     vram_mb: int | None
+    reservation: dict[str, Any] | None = None  # the dedicated job's reservation (reservation_dict)
+
+
+RESERVATION_TIMES = ("created_at", "requested_at", "bound_at", "ended_at", "updated_at")
+
+
+def reservation_dict(value: Any) -> dict[str, Any] | None:
+    """A reservation as the queue entry and the job detail show it: id, job_id, state, worker_uid,
+    generation, last_error, provision_attempts and its times (datetimes, or None)."""
+    data = _decode(value)
+    if not data:
+        return None
+    for key in RESERVATION_TIMES:
+        if isinstance(data.get(key), str):
+            data[key] = datetime.fromisoformat(data[key])
+    for key in ("id", "job_id"):
+        if isinstance(data.get(key), str):
+            data[key] = UUID(data[key])
+    return data
+
+
+def job_reservations(job_id, limit: int = 10) -> list[dict[str, Any]]:
+    """The job's reservations, newest first."""
+    return [reservation_dict(dict(row)) for row in _rows("job_reservations", {"job_id": str(job_id), "limit": limit})]
 
 
 def queue_list(
@@ -98,6 +122,7 @@ def queue_list(
     for row in rows:
         if row["waiting_seconds"] is not None:
             row["waiting_seconds"] = float(row["waiting_seconds"])
+        row["reservation"] = reservation_dict(row["reservation"])
         entries.append(QueueEntry(**{k: v for k, v in row.items() if k in names}))
     return entries
 
