@@ -153,8 +153,12 @@ class ReservationOut(Schema):
         "finished, or it went back to shared execution), failed (nobody bound it in time: the job runs shared)"
     )
     worker_uid: str | None = Field(description="The bound worker (while bound)")
-    generation: int = Field(description="How many times a worker bound it; a rebind after a lost worker is the next")
-    last_error: str = Field(description="Why it waits or ended: the provisioner's exit and last stderr line, a lost worker")
+    generation: int = Field(
+        description="How many times a worker bound it; a rebind after a lost worker is the next"
+    )
+    last_error: str = Field(
+        description="Why it waits or ended: the provisioner's exit and last stderr line, a lost worker"
+    )
     provision_attempts: int = Field(description="Provisioner runs since it was last requested")
     created_at: datetime
     requested_at: datetime | None = Field(description="Since when it waits for a worker")
@@ -281,7 +285,8 @@ class JobDetailOut(JobSummaryOut):
     log_tail: list[str] = Field(description="The last lines of the job log")
     queue: QueueEntryOut | None = Field(description="The job's queue entry while it is in the queue")
     reservation: ReservationOut | None = Field(
-        None, description="The job's latest dedicated-execution reservation, whatever its state; null if never dedicated"
+        None,
+        description="The job's latest dedicated-execution reservation, whatever its state; null if never dedicated",
     )
     quality: dict[str, Any] | None = Field(
         None,

@@ -187,6 +187,11 @@ JETENCODE = {
     "HEARTBEAT_SECONDS": envfloat("JETENCODE_HEARTBEAT_SECONDS", 5, minimum=0.1),
     "STALE_WORKER_SECONDS": envfloat("JETENCODE_STALE_WORKER_SECONDS", 60, minimum=1),
     "REASSIGN_AFTER_SECONDS": envfloat("JETENCODE_REASSIGN_AFTER_SECONDS", 120, minimum=1),
+    # Dedicated execution: an unbound reservation fails back to shared execution after this long
+    # (the workers' maintenance enforces it); the provisioner command and its deadline.
+    "RESERVATION_TIMEOUT_SECONDS": envfloat("JETENCODE_RESERVATION_TIMEOUT_SECONDS", 600, minimum=1),
+    "PROVISIONER": envstr("JETENCODE_PROVISIONER"),
+    "PROVISIONER_TIMEOUT_SECONDS": envfloat("JETENCODE_PROVISIONER_TIMEOUT_SECONDS", 60, minimum=1),
     "SHUTDOWN_GRACE_SECONDS": envfloat("JETENCODE_SHUTDOWN_GRACE_SECONDS", 30, minimum=0),
     "POLL_SECONDS": envfloat("JETENCODE_POLL_SECONDS", 1, minimum=0.05),
     "RECOVERY_INTERVAL_SECONDS": envfloat("JETENCODE_RECOVERY_INTERVAL_SECONDS", 5, minimum=0.1),

@@ -86,7 +86,10 @@ def reservation_dict(value: Any) -> dict[str, Any] | None:
 
 def job_reservations(job_id, limit: int = 10) -> list[dict[str, Any]]:
     """The job's reservations, newest first."""
-    return [reservation_dict(dict(row)) for row in _rows("job_reservations", {"job_id": str(job_id), "limit": limit})]
+    return [
+        reservation_dict(dict(row))
+        for row in _rows("job_reservations", {"job_id": str(job_id), "limit": limit})
+    ]
 
 
 def queue_list(

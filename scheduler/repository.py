@@ -601,7 +601,9 @@ class ReservationChange:
     detail: str
 
 
-def sweep_reservations(lost_seconds: float, timeout_seconds: float, batch: int = 50) -> list[ReservationChange]:
+def sweep_reservations(
+    lost_seconds: float, timeout_seconds: float, batch: int = 50
+) -> list[ReservationChange]:
     params = {"lost_seconds": lost_seconds, "timeout_seconds": timeout_seconds, "batch": batch}
     return [_record(ReservationChange, row) for row in _call("sweep_reservations", params)]
 
@@ -629,7 +631,11 @@ def take_provisioning(batch: int, hold_seconds: float) -> list[ProvisionRequest]
     rows = _call("take_provisioning", {"batch": batch, "hold_seconds": hold_seconds})
     # Django's connection hands jsonb over as text.
     return [
-        _record(ProvisionRequest, row, params=json.loads(row["params"]) if isinstance(row["params"], str) else row["params"])
+        _record(
+            ProvisionRequest,
+            row,
+            params=json.loads(row["params"]) if isinstance(row["params"], str) else row["params"],
+        )
         for row in rows
     ]
 

@@ -9,50 +9,49 @@ from scheduler.migrations import run_sql_file
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler', '0016_sample_once_a_minute'),
+        ("scheduler", "0016_sample_once_a_minute"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='queuereservation',
-            name='bound_at',
+            model_name="queuereservation",
+            name="bound_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='queuereservation',
-            name='ended_at',
+            model_name="queuereservation",
+            name="ended_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='queuereservation',
-            name='generation',
+            model_name="queuereservation",
+            name="generation",
             field=models.IntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='queuereservation',
-            name='next_provision_at',
+            model_name="queuereservation",
+            name="next_provision_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='queuereservation',
-            name='provision_attempts',
+            model_name="queuereservation",
+            name="provision_attempts",
             field=models.IntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='queuereservation',
-            name='provisioned_at',
+            model_name="queuereservation",
+            name="provisioned_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='queuereservation',
-            name='requested_at',
+            model_name="queuereservation",
+            name="requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='queuereservation',
-            name='worker_session_id',
+            model_name="queuereservation",
+            name="worker_session_id",
             field=models.UUIDField(blank=True, null=True),
         ),
         migrations.RunPython(run_sql_file("0017_dedicated_execution.sql"), migrations.RunPython.noop),

@@ -32,19 +32,29 @@ def test_dedicating_answers_the_reservation_and_twice_the_same_one(operator_api,
     assert first.status_code == 200, first.content
     body = first.json()
     assert set(body) == RESERVATION_KEYS
-    assert (body["job_id"], body["state"], body["worker_uid"], body["generation"]) == (job, "requested", None, 0)
+    assert (body["job_id"], body["state"], body["worker_uid"], body["generation"]) == (
+        job,
+        "requested",
+        None,
+        0,
+    )
     again = operator_api.post(f"/v2/queue/{job}/dedicate")
     assert again.status_code == 200 and again.json()["id"] == body["id"]
     assert claim(worker) is None  # no shared worker takes it
 
 
-def test_the_queue_and_the_job_show_the_reservation_and_why_it_waits(operator_api, viewer_api, enqueue, worker):
+def test_the_queue_and_the_job_show_the_reservation_and_why_it_waits(
+    operator_api, viewer_api, enqueue, worker
+):
     job = str(enqueue())
     rid = operator_api.post(f"/v2/queue/{job}/dedicate").json()["id"]
     sql("UPDATE queue_reservations SET requested_at = now() - interval '40 seconds' WHERE id = %s", [rid])
     [entry] = viewer_api.get("/v2/queue").json()["data"]
     assert entry["reservation"]["id"] == rid and entry["reservation"]["state"] == "requested"
-    assert entry["waiting_reason"] == f"waiting for a dedicated worker (reservation {rid[:8]}…, requested 40s ago)"
+    assert (
+        entry["waiting_reason"]
+        == f"waiting for a dedicated worker (reservation {rid[:8]}…, requested 40s ago)"
+    )
     detail = viewer_api.get(f"/v2/jobs/{job}").json()
     assert detail["reservation"]["id"] == rid
     assert detail["queue"]["waiting_reason"].startswith("waiting for a dedicated worker")
@@ -54,7 +64,9 @@ def test_the_queue_and_the_job_show_the_reservation_and_why_it_waits(operator_ap
     assert entry["waiting_reason"].endswith("requested 40s ago; provisioner exited 3: no capacity)")
 
 
-def test_delete_returns_the_job_to_shared_execution_while_unbound(operator_api, viewer_api, enqueue, make_worker_row):
+def test_delete_returns_the_job_to_shared_execution_while_unbound(
+    operator_api, viewer_api, enqueue, make_worker_row
+):
     job = str(enqueue())
     rid = operator_api.post(f"/v2/queue/{job}/dedicate").json()["id"]
     gone = operator_api.delete(f"/v2/queue/{job}/dedicate")

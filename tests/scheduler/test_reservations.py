@@ -160,7 +160,10 @@ def test_the_sweep_returns_a_lost_workers_reservation_and_fails_an_unbound_one(m
     assert one("SELECT assigned_worker_uid FROM job_schedule WHERE job_id = %s", [job]) is None
 
     # Nobody binds it: once the timeout passes it fails and the job is shared again.
-    sql("UPDATE queue_reservations SET requested_at = now() - interval '11 minutes' WHERE id = %s", [reservation])
+    sql(
+        "UPDATE queue_reservations SET requested_at = now() - interval '11 minutes' WHERE id = %s",
+        [reservation],
+    )
     changes = repository.sweep_reservations(lost_seconds=4, timeout_seconds=600)
     assert [(c.outcome, c.detail) for c in changes] == [("failed", changes[0].detail)]
     assert "no worker bound it within 10m00s" in changes[0].detail
@@ -176,7 +179,12 @@ def test_provisioning_is_taken_once_and_its_result_recorded(enqueue):
     job = enqueue(params={"x": 1})
     reservation = repository.reserve_job(job)
     (taken,) = repository.take_provisioning(10, hold_seconds=30)
-    assert (taken.reservation_id, taken.attempt, taken.job_id, taken.params) == (reservation, 1, job, {"x": 1})
+    assert (taken.reservation_id, taken.attempt, taken.job_id, taken.params) == (
+        reservation,
+        1,
+        job,
+        {"x": 1},
+    )
     assert repository.take_provisioning(10, hold_seconds=30) == []  # held while it runs
     assert repository.record_provisioning(reservation, 1, "exit 3: no capacity", retry_seconds=0)
     assert reservation_row(reservation)["last_error"] == "exit 3: no capacity"
