@@ -343,9 +343,9 @@ BEGIN
   SELECT * INTO r FROM queue_reservations WHERE id = p_reservation;
   IF NOT FOUND OR r.state <> 'bound' OR r.worker_uid IS DISTINCT FROM p_worker
      OR r.worker_session_id IS DISTINCT FROM p_session THEN
-    RETURN 'lost: reservation ' || p_reservation || ' is ' || coalesce(r.state, 'gone')
-           || coalesce(CASE WHEN r.worker_uid IS NOT NULL THEN ', bound to worker ' || r.worker_uid
-                            || ' (generation ' || r.generation || ')' END, '');
+    RETURN 'lost: reservation ' || p_reservation || ' is now ' || coalesce(r.state, 'gone')
+           || coalesce(' (worker ' || r.worker_uid || ', generation ' || r.generation || ')', '')
+           || ': this worker no longer holds it';
   END IF;
   busy := NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id AND j.status IN ('completed', 'failed', 'cancelled'))
           OR EXISTS (SELECT 1 FROM queue_tasks q
