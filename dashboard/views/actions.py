@@ -87,6 +87,19 @@ def _redispatch(job_id, request):
     return f"Redispatched {_label(job_id)}: execution {execution} starts on any worker"
 
 
+def _dedicate(job_id, request):
+    reservation = repository.reserve_job(job_id)
+    return (
+        f"{_label(job_id)} waits for a dedicated worker (reservation {str(reservation)[:8]}…): "
+        "no shared worker will take it"
+    )
+
+
+def _share(job_id, request):
+    repository.unreserve_job(job_id)
+    return f"{_label(job_id)} runs on shared workers again"
+
+
 JOB_ACTIONS = {
     "cancel": _cancel,
     "pause": _pause,
@@ -96,6 +109,8 @@ JOB_ACTIONS = {
     "move": _move,
     "priority": _priority,
     "redispatch": _redispatch,
+    "dedicate": _dedicate,
+    "share": _share,
 }
 
 

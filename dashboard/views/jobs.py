@@ -144,6 +144,7 @@ def job_context(job: Job) -> dict:
         "job": job,
         "schedule": schedule,
         "entry": entry,
+        "reservation": next(iter(queries.job_reservations(job.id, limit=1)), None),
         "timeline": _timeline(job, tasks[:TIMELINE_TASKS]),
         "more_tasks": len(tasks) > TIMELINE_TASKS,
         "log_lines": log_lines,

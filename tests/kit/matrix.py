@@ -38,7 +38,7 @@ def fingerprint() -> tuple:
             (SELECT coalesce(json_agg(x ORDER BY x.id), '[]') FROM (
                SELECT j.id, j.status, j.priority, j.max_attempts, j.webhook_url, j.manual_retry_count,
                       s.priority AS live_priority, s.position, s.paused, s.cancel_requested_at IS NOT NULL AS cancel,
-                      s.execution_id, s.assigned_worker_uid
+                      s.execution_id, s.assigned_worker_uid, s.execution_mode
                  FROM jobs j LEFT JOIN job_schedule s ON s.job_id = j.id) x)::text,
             (SELECT count(*) FROM queue_tasks),
             (SELECT coalesce(json_agg(x ORDER BY x.uid), '[]') FROM (
@@ -78,6 +78,11 @@ class World:
     def paused_job(self) -> uuid.UUID:
         job = self.job()
         repository.pause(job)
+        return job
+
+    def dedicated_job(self) -> uuid.UUID:
+        job = self.job()
+        repository.reserve_job(job)
         return job
 
     def failed_job(self) -> uuid.UUID:
@@ -173,6 +178,16 @@ API = {
         200,
         lambda p: _schedule(p["job_id"]).execution_id == 2,
     ),
+    ("POST", "/v2/queue/{job_id}/dedicate"): (
+        lambda w: ({"job_id": w.job()}, None),
+        200,
+        lambda p: _schedule(p["job_id"]).execution_mode == "dedicated",
+    ),
+    ("DELETE", "/v2/queue/{job_id}/dedicate"): (
+        lambda w: ({"job_id": w.dedicated_job()}, None),
+        200,
+        lambda p: _schedule(p["job_id"]).execution_mode == "shared",
+    ),
     ("GET", "/v2/workers"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/workers/{uid}"): (lambda w: ({"uid": w.worker()}, None), 200, None),
     ("POST", "/v2/workers/{uid}/drain"): (
@@ -217,6 +232,8 @@ def dashboard_actions(world):
         "move": (world.job, {"direction": "top"}, lambda j: True),
         "priority": (world.job, {"priority": "9"}, lambda j: _schedule(j).priority == 9),
         "redispatch": (world.job, {}, lambda j: _schedule(j).execution_id == 2),
+        "dedicate": (world.job, {}, lambda j: _schedule(j).execution_mode == "dedicated"),
+        "share": (world.dedicated_job, {}, lambda j: _schedule(j).execution_mode == "shared"),
     }
     assert set(targets) == set(JOB_ACTIONS), "add the new dashboard action to the matrix"
     actions = []
@@ -283,11 +300,16 @@ ADMIN_ACTIONS = {
     ("scheduler.Job", "pause_jobs"): ("job", lambda pk: _schedule(pk).paused),
     ("scheduler.Job", "resume_jobs"): ("paused_job", lambda pk: not _schedule(pk).paused),
     ("scheduler.Job", "redispatch_jobs"): ("job", lambda pk: _schedule(pk).execution_id == 2),
+    ("scheduler.Job", "dedicate_jobs"): ("job", lambda pk: _schedule(pk).execution_mode == "dedicated"),
     ("scheduler.JobSchedule", "cancel_jobs"): ("job", lambda pk: _status(pk) == "cancelled"),
     ("scheduler.JobSchedule", "retry_jobs"): ("failed_job", lambda pk: _status(pk) == "pending"),
     ("scheduler.JobSchedule", "pause_jobs"): ("job", lambda pk: _schedule(pk).paused),
     ("scheduler.JobSchedule", "resume_jobs"): ("paused_job", lambda pk: not _schedule(pk).paused),
     ("scheduler.JobSchedule", "redispatch_jobs"): ("job", lambda pk: _schedule(pk).execution_id == 2),
+    ("scheduler.JobSchedule", "dedicate_jobs"): (
+        "job",
+        lambda pk: _schedule(pk).execution_mode == "dedicated",
+    ),
     ("media.MediaAsset", "validate_assets"): (
         "asset",
         lambda pk: Job.objects.filter(type="validate", params__video_id=str(pk)).exists(),
