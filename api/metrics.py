@@ -166,7 +166,8 @@ class JetEncodeCollector:
         moved = CounterMetricFamily(
             "jetencode_reassignments",
             "Jobs moved off a worker, by cause: drained, evacuated, lost_in_dispatch (lost, no local "
-            "work), lost_after_delay (lost longer than the reassignment delay), manual (redispatch)",
+            "work), lost_after_delay (lost longer than the reassignment delay), lost_reserved (a dedicated "
+            "worker lost its reservation), manual (redispatch)",
             labels=["cause"],
         )
         for cause, n in queries.reassignments().items():

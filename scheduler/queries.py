@@ -187,7 +187,14 @@ def metrics_scalars(stuck_after_seconds: float) -> dict[str, Any]:
     return _rows("metrics_scalars", {"stuck_after": stuck_after_seconds})[0]
 
 
-REASSIGNMENT_CAUSES = ("drained", "evacuated", "lost_in_dispatch", "lost_after_delay", "manual")
+REASSIGNMENT_CAUSES = (
+    "drained",
+    "evacuated",
+    "lost_in_dispatch",
+    "lost_after_delay",
+    "lost_reserved",
+    "manual",
+)
 
 
 def reassignments() -> dict[str, int]:
