@@ -364,11 +364,13 @@ $$;
 -- Ignored when the reservation moved on meanwhile (bound, ended, or a later attempt).
 CREATE OR REPLACE FUNCTION record_provisioning_v1(p_reservation uuid, p_attempt int, p_error text,
                                                   p_retry_seconds float) RETURNS boolean
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
   UPDATE queue_reservations SET last_error = coalesce(p_error, ''),
                                 provisioned_at = CASE WHEN p_error IS NULL THEN now() ELSE provisioned_at END,
                                 next_provision_at = now() + make_interval(secs => p_retry_seconds),
                                 updated_at = now()
-   WHERE id = p_reservation AND state = 'requested' AND provision_attempts = p_attempt
-  RETURNING true
+   WHERE id = p_reservation AND state = 'requested' AND provision_attempts = p_attempt;
+  RETURN FOUND;
+END
 $$;
