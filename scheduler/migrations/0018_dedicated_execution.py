@@ -1,5 +1,5 @@
 """Dedicated execution end to end (issue 36): a reservation records its bound session, generation,
-timestamps and provisioning attempts; installs scheduler/sql/migrations/0017_dedicated_execution.sql
+timestamps and provisioning attempts; installs scheduler/sql/migrations/0018_dedicated_execution.sql
 (a delta: 55_reservations.sql, bind_reservation_v2 instead of v1, register_worker_v1 clearing a
 re-registered uid's binding, release_job_v2's cause lost_reserved)."""
 
@@ -10,7 +10,7 @@ from scheduler.migrations import run_sql_file
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduler", "0016_sample_once_a_minute"),
+        ("scheduler", "0017_undrain"),
     ]
 
     operations = [
@@ -54,5 +54,5 @@ class Migration(migrations.Migration):
             name="worker_session_id",
             field=models.UUIDField(blank=True, null=True),
         ),
-        migrations.RunPython(run_sql_file("0017_dedicated_execution.sql"), migrations.RunPython.noop),
+        migrations.RunPython(run_sql_file("0018_dedicated_execution.sql"), migrations.RunPython.noop),
     ]

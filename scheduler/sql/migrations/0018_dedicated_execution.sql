@@ -1,7 +1,8 @@
--- Migration 0017 (dedicated execution): the functions it adds or changes, as they were written.
--- register_worker_v1 clears a re-registered uid's reservation; release_job_v2 knows cause lost_reserved;
--- bind_reservation_v1 is replaced by bind_reservation_v2; the rest is 55_reservations.sql.
+-- Installed by migration 0018_dedicated_execution: the statements of scheduler/sql/functions/ that changed
+-- since the migration before it (a delta, written by `python -m scheduler.sqlfiles delta`).
+-- Never edit it: a later change ships in a new migration with a delta of its own.
 
+-- bind_reservation_v2 (55_reservations.sql) replaces it: nothing called v1 but tests.
 DROP FUNCTION IF EXISTS bind_reservation_v1(uuid, text);
 
 -- Register a process start. The new session fences the previous one of the same uid at once: its
