@@ -262,3 +262,29 @@ def test_runworker_refuses_an_unknown_or_malformed_reservation(start_worker):
     assert "reservation 00000000-0000-0000-0000-000000000001 not found" in unknown.output()
     bad = start_worker("bad", "--reservation", "nope", ready=False)
     assert bad.wait(60) == 2 and "is not a reservation id" in bad.output()
+
+
+def test_the_provision_loop_picks_up_new_reservations_and_stops_on_sigterm(enqueue, worker_env):
+    failing = f"{sys.executable} -c \"import sys; sys.exit('no machines left')\""
+    loop = subprocess.Popen(
+        [sys.executable, "manage.py", "provision", "--interval", "0.2"],
+        cwd=ROOT,
+        env={**worker_env, "JETENCODE_PROVISIONER": failing},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: loop.poll() is None and "provisioning with" in (loop.stdout.readline() or ""),
+            30,
+            "the loop",
+        )
+        _, rid = dedicated_job(enqueue, "noop", {})  # requested after the loop started
+        wait_for(lambda: reservation(rid)["last_error"], 20, "the loop to run the provisioner")
+        assert reservation(rid)["last_error"] == "provisioner exited 1: no machines left"
+        loop.send_signal(signal.SIGTERM)
+        assert loop.wait(15) == 0
+    finally:
+        if loop.poll() is None:
+            loop.kill()
