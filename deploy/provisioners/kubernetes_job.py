@@ -33,13 +33,16 @@ def manifest(document: dict) -> dict:
         "name": "worker",
         "image": os.environ.get("JETENCODE_K8S_IMAGE", "jetencode:latest"),
         "args": ["python", "manage.py", "runworker", "--reservation", reservation],
-        "env": [{"name": "JETENCODE_RESERVATION_JOB", "value": str(job.get("id", ""))}],
         "resources": {"limits": {"nvidia.com/gpu": 1}} if gpu else {},
     }
     secret = os.environ.get("JETENCODE_K8S_ENV_SECRET")
     if secret:
         container["envFrom"] = [{"secretRef": {"name": secret}}]
-    labels = {"app.kubernetes.io/name": "jetencode-worker", "jetencode.io/reservation": reservation}
+    labels = {
+        "app.kubernetes.io/name": "jetencode-worker",
+        "jetencode.io/reservation": reservation,
+        "jetencode.io/job": str(job.get("id", "")),
+    }
     metadata = {"name": f"jetencode-reservation-{reservation}", "labels": labels}
     if os.environ.get("JETENCODE_K8S_NAMESPACE"):
         metadata["namespace"] = os.environ["JETENCODE_K8S_NAMESPACE"]
