@@ -15,7 +15,15 @@ from collections import Counter
 from types import UnionType
 from typing import Annotated, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from media.paths import UnsafePathError, check_relative, open_media_file, resolve_media_path
 from media.probe import reference_problems
@@ -33,6 +41,17 @@ AudioKbps = Annotated[int, Field(ge=32, le=512)]
 Width = Annotated[int, Field(ge=16, le=7680)]
 Height = Annotated[int, Field(ge=16, le=4320)]
 MAX_INPUTS = 64
+
+# What the schema declares of a media-root path: a subset of what media.paths accepts (no control,
+# '%', ':' or '\\' anywhere; no component starting with '.', '-', '~' or a space; at most 63
+# characters a component and 256 in all, so never past the byte limits), so no request the OpenAPI
+# document calls valid is refused for its path's shape (only for a file that is not there).
+_NOT_IN_PATH = "\\u0000-\\u001f\\u007f\\ud800-\\udfff\\\\%:/"
+_COMPONENT = f"[^{_NOT_IN_PATH}.~ -][^{_NOT_IN_PATH}]{{0,62}}"
+MEDIA_PATH_PATTERN = f"^{_COMPONENT}(/{_COMPONENT})*$"
+MediaPath = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": MEDIA_PATH_PATTERN, "maxLength": 256})
+]
 
 
 def _check_media_file(value: str, what: str) -> str:
@@ -209,7 +228,7 @@ class SingleInput(Params):
 
     model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "video_id"))
 
-    input: str | None = Field(None, description="Path relative to the media root")
+    input: MediaPath | None = Field(None, description="Path relative to the media root")
     video_id: uuid.UUID | None = Field(None, description="A media-library asset")
 
     @field_validator("input")
@@ -229,7 +248,7 @@ class MultiInput(Params):
 
     model_config = ConfigDict(json_schema_extra=exactly_one_of("inputs", "video_ids"))
 
-    inputs: list[str] | None = Field(
+    inputs: list[MediaPath] | None = Field(
         None, max_length=MAX_INPUTS, description="Paths relative to the media root"
     )
     video_ids: list[uuid.UUID] | None = Field(None, max_length=MAX_INPUTS)
@@ -373,7 +392,7 @@ class TranscodeParams(EncodeOptions, QualityOptions, SingleInput):
 
 
 class ScanParams(Params):
-    directory: str = Field(
+    directory: MediaPath = Field(
         "videos", description="Directory under the media root to walk", validate_default=True
     )
     recursive: bool = True
@@ -386,7 +405,7 @@ class ScanParams(Params):
 
 
 class PublicScanParams(ScanParams):
-    directory: str = Field(
+    directory: MediaPath = Field(
         "public", description="Directory under the media root to walk", validate_default=True
     )
 
@@ -396,7 +415,7 @@ class ValidateParams(SingleInput):
 
 
 class MoveToLibraryParams(SingleInput):
-    target_directory: str = Field(
+    target_directory: MediaPath = Field(
         "videos", description="Directory under the media root to move the file into"
     )
     overwrite: bool = False
@@ -429,7 +448,7 @@ class ReencodeStreamingParams(EncodeOptions, QualityOptions, SingleInput):
     max_height: int | None = Field(
         None, ge=144, le=4320, description="Scale down so the shorter side is at most this"
     )
-    library_directory: str = Field("playback", description="Library directory for the encoded asset")
+    library_directory: MediaPath = Field("playback", description="Library directory for the encoded asset")
 
     @field_validator("library_directory")
     @classmethod
@@ -455,7 +474,7 @@ class CompileRandomParams(CompileOutput):
     min_duration: Seconds = 0.0
     max_duration: Seconds = 3600.0
     orientation: Orientation = "any"
-    directory: str | None = Field(None, description="Only assets of this library directory")
+    directory: MediaPath | None = Field(None, description="Only assets of this library directory")
     seed: int | None = Field(None, ge=0, le=2**31 - 1, description="Make the random choice repeatable")
     width: Width | None = Field(None, description="Output width; default by orientation (1280 or 720)")
     height: Height | None = Field(None, description="Output height; default by orientation (720 or 1280)")
