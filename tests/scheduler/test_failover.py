@@ -127,7 +127,10 @@ def test_with_no_other_worker_a_drained_job_waits_and_resumes_from_its_completed
     assert repository.release_jobs(LOST, DELAY) == []  # nowhere to move it: it stays
     assert schedule(job)[:2] == (1, "alone")
     reason = queries.queue_entry(job).waiting_reason
-    assert reason == "worker alone has stopped and no other worker is active: the job resumes when alone or another worker starts"
+    assert (
+        reason
+        == "worker alone has stopped and no other worker is active: the job resumes when alone or another worker starts"
+    )
     restarted = make_worker_row("alone")  # the same uid, a new session
     second = claim(restarted)
     assert (second.job_id, second.execution_id, second.placement) == (job, 1, "job")  # not a new execution
