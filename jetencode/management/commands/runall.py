@@ -42,7 +42,7 @@ class Command(BaseCommand):
         self._lock = threading.Lock()
         narrator = startup.Narrator(self._write)
         self._prepare(narrator, no_demo)
-        narrator.begin()
+        children_started = time.monotonic()
         web = Child("web", self._gunicorn_argv(bind), _child_env("jetencode-web"), self._write)
         worker = None
         if not no_worker:
@@ -53,7 +53,7 @@ class Command(BaseCommand):
         admin = io.StringIO()
         call_command("ensure_admin", stdout=admin)
         narrator.say(admin.getvalue().strip())
-        up = self._wait_until_up(narrator, supervisor, bind)
+        up = self._wait_until_up(narrator, supervisor, bind, children_started)
         if up:
             self._say_up(narrator, bind)
         supervisor.run()
@@ -110,10 +110,12 @@ class Command(BaseCommand):
             "jetencode.wsgi:application",
         ]
 
-    def _wait_until_up(self, narrator: startup.Narrator, supervisor: Supervisor, bind: str) -> bool:
+    def _wait_until_up(
+        self, narrator: startup.Narrator, supervisor: Supervisor, bind: str, began: float
+    ) -> bool:
         """Poll until the dashboard answers and the worker's row is active; False if a child
-        exits, a Ctrl-C comes or UP_TIMEOUT_SECONDS pass first."""
-        began = time.monotonic()
+        exits, a Ctrl-C comes or UP_TIMEOUT_SECONDS pass first. Times count from `began`, when the
+        children were started."""
         url = startup.local_url(bind, "/dashboard/")
         web_up = False
         worker_uid = None if supervisor.worker else "-"
