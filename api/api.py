@@ -7,7 +7,7 @@ Mounted at the site root (see `api.urls`): /v2/... for jobs, queue, workers and 
 from __future__ import annotations
 
 from django.urls import get_script_prefix
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Swagger
 
 from api import errors, jobs, openapi, outputs, queue, stats, system, workers
 from api.auth import AUTH
@@ -47,6 +47,9 @@ api = JetEncodeAPI(
     auth=AUTH,
     openapi_url="/v2/openapi.json",
     docs_url="/v2/docs",
+    # Swagger UI from ninja's own static files ("ninja" is an installed app), and no online
+    # validator badge: the page makes no request beyond this server, so it works offline.
+    docs=Swagger(settings={"validatorUrl": None}),
     urls_namespace="jetencode-api",
 )
 errors.install(api)

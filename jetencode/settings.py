@@ -51,6 +51,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    # django-ninja's templates and static files: /v2/docs serves Swagger UI from here, not a CDN.
+    "ninja",
     "jetencode",
     "scheduler",
     "media",
