@@ -118,6 +118,11 @@ def connection_settings() -> dict:
     }
 
 
+def socket_dir_of(pgdata: Path) -> str:
+    """The socket directory of the server running on `pgdata` (a benchmark's own server, say)."""
+    return _socket_dir(pgdata)
+
+
 def _socket_dir(pgdata: Path) -> str:
     try:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
