@@ -119,7 +119,11 @@ class _Run:
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, signal.SIGKILL)
         subprocess.run(
-            [sys.executable, "manage.py", "embedded_db", "stop"], cwd=ROOT, env=self.env, timeout=60
+            [sys.executable, "manage.py", "embedded_db", "stop"],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            timeout=60,
         )
 
 
