@@ -129,6 +129,7 @@ def test_one_ctrl_c_drains_the_worker_first_while_the_web_keeps_answering(run_co
     assert index("Ctrl-C: draining (no new claims") < index("drained: every running stage finished")
     assert index("drained: every running stage finished") < index("stopping the web")
     assert lines[-1] == "JetEncode stopped.", lines[-5:]  # a database server: nothing of ours still runs
+    assert "unfinished job" not in output
     assert "SIGTERM" not in output and "aborting now" not in output, output[-4000:]
     assert "moved to" not in output  # no other worker: nothing moved anywhere
     assert one("SELECT lifecycle FROM queue_workers WHERE uid = 'ctrl-c-drain'") == "offline"
@@ -150,7 +151,10 @@ def test_a_second_ctrl_c_stops_now_and_claims_no_moves(run_command, enqueue):
     assert "Ctrl-C again: stopping now" in output, output[-4000:]
     assert "Ctrl-C again: aborting now (stages killed and handed back)" in output, output[-4000:]
     assert "moved to" not in output and "SIGTERM" not in output, output[-4000:]
-    assert output.splitlines()[-1] == "JetEncode stopped."
+    assert output.splitlines()[-2:] == [
+        "1 unfinished job(s) wait in the queue; the next start resumes them.",
+        "JetEncode stopped.",
+    ]
     assert task_of(job) == ["pending", "0"]  # handed back at once, no attempt used
 
 

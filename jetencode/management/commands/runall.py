@@ -19,12 +19,14 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
 from jetencode import embedded_db, startup
 from jetencode.children import Child, Supervisor
 from jetencode.env import envstr
+from scheduler.constants import TERMINAL_STATUSES
+from scheduler.models import Job
 
 UP_TIMEOUT_SECONDS = 120.0
 
@@ -57,6 +59,9 @@ class Command(BaseCommand):
         if up:
             self._say_up(narrator, bind)
         supervisor.run()
+        waiting = _unfinished_jobs()
+        if waiting:
+            self._write(f"{waiting} unfinished job(s) wait in the queue; the next start resumes them.")
         self._write(_stopped_line())
         if supervisor.failed:
             raise CommandError("JetEncode did not run as it should: see the lines above.")
@@ -180,6 +185,13 @@ def _database_phase() -> tuple[str, float]:
         "running": f"embedded PostgreSQL already running ({where})",
     }
     return words[start["action"]], start["seconds"]
+
+
+def _unfinished_jobs() -> int:
+    try:
+        return Job.objects.exclude(status__in=TERMINAL_STATUSES).count()
+    except DatabaseError:  # the server went away meanwhile: nothing to add
+        return 0
 
 
 def _stopped_line() -> str:
