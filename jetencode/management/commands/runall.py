@@ -112,6 +112,9 @@ class Command(BaseCommand):
             "-",
             "--log-level",
             "warning",
+            # One person's dashboard: 2 processes × 4 threads are plenty, and each further process
+            # imports Django at start, on the cores the worker is starting on.
+            *([] if os.environ.get("GUNICORN_WORKERS") else ["--workers", "2"]),
             "jetencode.wsgi:application",
         ]
 
