@@ -43,7 +43,12 @@ class Command(BaseCommand):
     def handle(self, *args, bind, no_worker, no_demo, worker_args, **options):
         self._lock = threading.Lock()
         narrator = startup.Narrator(self._write)
-        self._prepare(narrator, no_demo)
+        try:
+            self._prepare(narrator, no_demo)
+        except KeyboardInterrupt:  # before anything was started: no traceback, nothing to stop
+            self._write("Ctrl-C during start-up: stopped before the web server and the worker started.")
+            self._write(_stopped_line())
+            raise SystemExit(130) from None
         children_started = time.monotonic()
         web = Child("web", self._gunicorn_argv(bind), _child_env("jetencode-web"), self._write)
         worker = None
