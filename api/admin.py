@@ -1,4 +1,4 @@
-"""Django admin for API tokens.
+"""Django admin for API tokens (and, read-only, the playback revocation generations).
 
 Tokens are stored hashed. The raw value exists once, in the response to the add form: a page of its
 own (never a flash message, which Django keeps in a cookie or the session), sent with
@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
-from api.models import ApiToken, new_raw_token
+from api.models import ApiToken, PlaybackGeneration, new_raw_token
 
 
 @admin.register(ApiToken)
@@ -77,3 +77,22 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke_tokens(self, request, queryset):
         count = queryset.filter(revoked=False).update(revoked=True)
         self.message_user(request, f"Revoked {count} token{'s' if count != 1 else ''}.", messages.SUCCESS)
+
+
+@admin.register(PlaybackGeneration)
+class PlaybackGenerationAdmin(admin.ModelAdmin):
+    """Read-only: a job's signed playback URLs are revoked with `DELETE /v2/jobs/{id}/playback`
+    (which advances the generation atomically), not by editing the number."""
+
+    list_display = ("job_id", "generation", "revoked_at")
+    search_fields = ("job_id",)
+    readonly_fields = ("job_id", "generation", "revoked_at")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -172,9 +172,35 @@ def install(api: NinjaAPI) -> None:
         api.add_exception_handler(exc_class, handler)
 
 
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIXES) or request.path.rstrip("/") in ("/healthz", "/metrics")
+
+
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Project 404 handler: JSON under the API prefixes (a path parameter with a '/' in it never
     reaches a route), Django's page everywhere else."""
-    if request.path.startswith(API_PREFIXES) or request.path.rstrip("/") in ("/healthz", "/metrics"):
+    if _is_api(request):
         return detail_response(404, "not found")
     return defaults.page_not_found(request, exception)
+
+
+# What Django answers itself, before or outside any API view (a Host header not in ALLOWED_HOSTS,
+# a failure in a middleware): the API's JSON shape under its prefixes, Django's pages elsewhere.
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return detail_response(400, "bad request (the Host header is not one this server answers to?)")
+    return defaults.bad_request(request, exception)
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return detail_response(403, str(exception or "") or "permission denied")
+    return defaults.permission_denied(request, exception)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return detail_response(500, "internal server error")
+    return defaults.server_error(request)

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import get_script_prefix
 from ninja import Query, Router, Status
 
+from api import paging
 from api.errors import AUTH_ERRORS, responses
 from api.schemas import (
     MAX_LIMIT,
@@ -26,25 +27,16 @@ from api.schemas import (
     Text,
 )
 from media import failures, links, submission
-from media.disclosure import for_viewer
 from media.jobtypes import JOB_TYPES
 from media.quality import job_quality
 from scheduler import queries
 from scheduler.models import Job, JobOutput
-from scheduler.permissions import can_operate
 from scheduler.repository import JobNotFound
 
 router = Router(tags=["jobs"])
 
 JOB_LOG_TAIL_LINES = 100
 TASK_LOG_TAIL_LINES = 20
-# Deep pages: OFFSET scans and discards every row before the page; past this, filter instead.
-MAX_OFFSET = 10_000
-
-
-def _shown(request: HttpRequest, data: dict) -> dict:
-    """Viewers get the response without webhook query strings, file paths and FFmpeg argv."""
-    return data if can_operate(request.auth.user) else for_viewer(data)
 
 
 def pagination(page: int, limit: int, total: int) -> dict[str, int]:
@@ -130,6 +122,7 @@ def job_detail(request: HttpRequest, job: queries.JobRow) -> dict:
         "outputs": [output_entry(request, o) for o in outputs],
         "log_tail": lines,
         "queue": asdict(entry) if entry else None,
+        "reservation": next(iter(queries.job_reservations(job.id, limit=1)), None),
         "quality": job_quality(job.id, job.execution_id),
     }
 
@@ -169,7 +162,14 @@ def create_job(request: HttpRequest, payload: JobIn, response: HttpResponse):
 @router.get("", response={200: JobPageOut, **responses(*AUTH_ERRORS, 422)}, summary="List jobs, newest first")
 def list_jobs(
     request: HttpRequest,
-    page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
+    page: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_PAGE,
+            description=f"At most {MAX_PAGE}: follow pagination.next_cursor, or filter, to reach older jobs",
+        ),
+    ] = 1,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
     status: Annotated[JobStatus | None, Query()] = None,
     type: Annotated[Text | None, Query(max_length=64, description="Job type")] = None,
@@ -182,33 +182,35 @@ def list_jobs(
     worker: Annotated[
         Text | None, Query(max_length=200, description="Jobs assigned to or targeted at this worker uid")
     ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            pattern=paging.CURSOR_PATTERN,
+            description="Continue after the last job of a page: its pagination.next_cursor",
+        ),
+    ] = None,
 ):
+    """Newest first. Pages by `page` up to page 501 (an offset of at most 250,000 jobs at the
+    largest limit); past that, and for any long walk, follow `pagination.next_cursor`, which costs
+    the same on every page."""
     filters = {
         "status": status or None,
         "type": type or None,
         "uses_category": resource_category or None,
         "worker": worker or None,
     }
-    offset = (page - 1) * limit
-    if offset > MAX_OFFSET:
-        raise submission.ValidationError(
-            [
-                {
-                    "field": "page",
-                    "message": f"the offset (page - 1) x limit is {offset}, at most {MAX_OFFSET}: "
-                    "filter by status, type or worker to reach older jobs",
-                }
-            ]
-        )
-    jobs = queries.job_list(limit=limit, offset=offset, **filters)
-    stages = queries.failed_stages([job.id for job in jobs if job.status == "failed"])
-    return _shown(
-        request,
-        {
-            "data": [job_summary(job, stages.get(job.id)) for job in jobs],
-            "pagination": pagination(page, limit, queries.job_count(**filters)),
-        },
+    offset = paging.offset_of(
+        page, limit, "follow pagination.next_cursor, or filter by status, type or worker"
     )
+    after = paging.parse_cursor(cursor) if cursor else None
+    jobs = queries.job_list(limit=limit, offset=offset, after=after, **filters)
+    stages = queries.failed_stages([job.id for job in jobs if job.status == "failed"])
+    # Viewers and read tokens get every response through media.disclosure (api.rendering).
+    next_cursor = paging.cursor_of(jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None
+    return {
+        "data": [job_summary(job, stages.get(job.id)) for job in jobs],
+        "pagination": {**pagination(page, limit, queries.job_count(**filters)), "next_cursor": next_cursor},
+    }
 
 
 @router.get(
@@ -217,7 +219,7 @@ def list_jobs(
 def get_job_detail(request: HttpRequest, job_id: UUID):
     """Status, progress, params, timestamps, attempts, the stages of the current execution with
     their states and progress, published outputs, the job log tail and the queue entry."""
-    return _shown(request, job_detail(request, get_job(job_id)))
+    return job_detail(request, get_job(job_id))
 
 
 @router.get(
@@ -255,7 +257,7 @@ def list_job_tasks(
         }
         for t in tasks
     ]
-    return _shown(request, {"job_id": job.id, "data": data})
+    return {"job_id": job.id, "data": data}
 
 
 types_router = Router(tags=["jobs"])

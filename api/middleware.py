@@ -1,7 +1,9 @@
-"""Keep the API's error shape for the one response django-ninja builds itself: 405 Method Not Allowed.
+"""HTTP details django-ninja leaves to the project.
 
-ninja answers a method a route does not accept with Django's bare HttpResponseNotAllowed (text/html,
-empty body) before any exception handler runs; integrators get `{"detail": ...}` everywhere else.
+- 405 Method Not Allowed keeps the API's error shape: ninja answers a method a route does not
+  accept with Django's bare HttpResponseNotAllowed (text/html, empty body) before any exception
+  handler runs; integrators get `{"detail": ...}` everywhere else.
+- HEAD is answered on every GET route (`HeadAsGetMiddleware`).
 """
 
 from django.http import JsonResponse
@@ -31,3 +33,38 @@ class JsonMethodNotAllowedMiddleware:
                 replacement["Allow"] = allowed
             return replacement
         return response
+
+
+class HeadAsGetMiddleware:
+    """HEAD on every GET route: the GET view runs and the body is dropped, every header kept.
+
+    django-ninja routes by method and has no HEAD operations, so without this HEAD is a 405 on
+    /v2/jobs, an output, /healthz and /metrics. RFC 9110 §9.3.2: HEAD is GET without content, so
+    the GET runs as it is (authentication, validators and ranges included). A file is opened and
+    closed again without a byte read; Content-Length is what the GET would send.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.method != "HEAD":
+            return self.get_response(request)
+        request.method = "GET"
+        try:
+            response = self.get_response(request)
+        finally:
+            request.method = "HEAD"
+        return without_body(response)
+
+
+def without_body(response):
+    if response.streaming:
+        # FileResponse registered the file's close() as a resource closer: closing the response
+        # (the handler does) closes it. Content-Length was set from the file's size.
+        response.streaming_content = []
+        return response
+    length = response.get("Content-Length") or str(len(response.content))
+    response.content = b""
+    response["Content-Length"] = length
+    return response

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, TypeAdapter, create_model
+from pydantic import Field, TypeAdapter, ValidationError, create_model
 
 from api.schemas import JobIn
 from media.jobtypes import JOB_TYPES
@@ -26,8 +26,19 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.replace("-", "_").split("_"))
 
 
+def params_required(params_model) -> bool:
+    """Whether a job of this type needs params: its model refuses an empty object (compile_quad
+    needs its inputs), so the schema must not call a body without `params` valid."""
+    try:
+        params_model.model_validate({})
+    except ValidationError:
+        return True
+    return False
+
+
 def job_in_variant(job_type) -> type[JobIn]:
     """The request body of one job type: JobIn with `type` fixed and `params` typed."""
+    params_default = {} if params_required(job_type.params_model) else {"default_factory": dict}
     return create_model(
         f"{_camel(job_type.name)}JobIn",
         __base__=JobIn,
@@ -35,7 +46,7 @@ def job_in_variant(job_type) -> type[JobIn]:
         type=(Literal[job_type.name], Field(..., description="The job type")),
         params=(
             job_type.params_model,
-            Field(default_factory=dict, description=f"Parameters of {job_type.name}"),
+            Field(**params_default, description=f"Parameters of {job_type.name}"),
         ),
     )
 

@@ -27,7 +27,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpRe
 from django.utils.http import http_date, parse_http_date_safe, quote_etag
 from ninja import Router
 
-from api.errors import AUTH_ERRORS, responses
+from api.errors import AUTH_ERRORS, detail_response, responses
 from media.paths import UnsafePathError, check_output_name, job_output_dir
 from media.storage import content_type, read_range
 from scheduler import queries
@@ -157,7 +157,9 @@ def serve_local(request: HttpRequest, output: JobOutput) -> HttpResponse:
         wanted = request.headers.get("Range")
         chosen = byte_range(wanted, size) if wanted and _range_applies(request, etag, modified) else None
         if chosen == UNSATISFIABLE:
-            response = HttpResponse(status=416)
+            response = detail_response(
+                416, f"the range {wanted.strip()[:100]} is not satisfiable: the file has {size} bytes"
+            )
             response["Content-Range"] = f"bytes */{size}"
         elif chosen is None:
             response = FileResponse(path.open("rb"))
@@ -249,6 +251,7 @@ OPENAPI_RESPONSES = {
     416: {
         "description": "The range starts beyond the end of the file",
         "headers": {"Content-Range": {"schema": {"type": "string"}}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
     },
 }
 

@@ -10,6 +10,7 @@ from uuid import UUID
 from django.http import HttpRequest
 from ninja import Query, Router
 
+from api import paging
 from api.errors import AUTH_ERRORS, responses
 from api.jobs import pagination
 from api.schemas import (
@@ -20,13 +21,15 @@ from api.schemas import (
     QueueEntryOut,
     QueuePageOut,
     QueueState,
+    ReservationOut,
     Text,
 )
-from scheduler import queries, repository
+from scheduler import models, queries, repository
 
 router = Router(tags=["queue"])
 
 ACTION_RESPONSES = {200: QueueEntryOut, **responses(*AUTH_ERRORS, 404, 409, 422)}
+RESERVATION_RESPONSES = {200: ReservationOut, **responses(*AUTH_ERRORS, 404, 409, 422)}
 
 
 def as_dict(entry: queries.QueueEntry) -> dict:
@@ -61,8 +64,9 @@ def list_queue(
     pending group first, then by worker uid) and claim order within a group (priority, then
     position). `waiting_seconds` is present only while the job is pending; `waiting_reason` says
     why a waiting job is not running."""
+    offset = paging.offset_of(page, limit, "filter by worker or state to reach the entries further down")
     total = queries.queue_count(worker=worker, state=state)
-    entries = queries.queue_list(worker=worker, state=state, limit=limit, offset=(page - 1) * limit)
+    entries = queries.queue_list(worker=worker, state=state, limit=limit, offset=offset)
     return {"data": [as_dict(e) for e in entries], "pagination": pagination(page, limit, total)}
 
 
@@ -130,3 +134,26 @@ def redispatch(request: HttpRequest, job_id: UUID):
     assignment is cleared and a fresh dispatch is queued. Outputs of the old execution are not reused."""
     repository.redispatch(job_id, f"redispatched by {request.auth.username} via the API")
     return entry(job_id)
+
+
+def reservation(reservation_id: UUID) -> dict:
+    found = models.QueueReservation.objects.filter(pk=reservation_id).values().first()
+    if found is None:
+        raise repository.JobNotFound("reservation not found")
+    return found
+
+
+@router.post("/{job_id}/dedicate", response=RESERVATION_RESPONSES, summary="Run on a dedicated worker")
+def dedicate(request: HttpRequest, job_id: UUID):
+    """Reserve a pending job for a worker of its own: no shared worker claims it, and the worker
+    that binds the reservation (`runworker --reservation ID`, started by the provisioner) claims
+    nothing else. Idempotent: dedicating a dedicated job answers its reservation. 409 for a job
+    that runs or has been dispatched, has ended, is targeted at a worker or is split across the farm."""
+    return reservation(repository.reserve_job(job_id))
+
+
+@router.delete("/{job_id}/dedicate", response=RESERVATION_RESPONSES, summary="Return to shared execution")
+def undedicate(request: HttpRequest, job_id: UUID):
+    """While no worker has bound its reservation: the job is shared again and keeps its place;
+    the reservation ends `released`. 409 when the job is not dedicated or a worker holds it."""
+    return reservation(repository.unreserve_job(job_id))

@@ -8,7 +8,15 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, model_serializer
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    WithJsonSchema,
+    model_serializer,
+)
 
 from media import submission
 from media.jobtypes import JOB_TYPES
@@ -20,6 +28,7 @@ from scheduler.constants import (
     PLACEMENTS,
     POOLS,
     QUEUE_STATUSES,
+    RESERVATION_STATES,
     RESOURCE_CATEGORIES,
     TASK_STATES,
 )
@@ -32,6 +41,7 @@ TaskState = Literal[TASK_STATES]
 Lifecycle = Literal[LIFECYCLES]
 Placement = Literal[PLACEMENTS]
 Pool = Literal[POOLS]
+ReservationState = Literal[RESERVATION_STATES]
 Direction = Literal["up", "down", "top", "bottom"]
 
 
@@ -54,9 +64,14 @@ def _storable(value: str) -> str:
     return value
 
 
-# A string PostgreSQL can store (no NUL, no lone surrogates).
-Text = Annotated[str, AfterValidator(_storable)]
-MAX_PAGE = 100_000
+# A string PostgreSQL can store (no NUL, no lone surrogates). The schema says so too (`pattern`),
+# so a request the OpenAPI document calls valid is never refused for a NUL.
+NO_NUL = "^[^\\u0000]*$"
+Text = Annotated[str, AfterValidator(_storable), WithJsonSchema({"type": "string", "pattern": NO_NUL})]
+# Lists page by offset, which reads and drops every row before the page: the declared bounds keep
+# it at most (MAX_PAGE - 1) x MAX_LIMIT = 250,000 rows (about what each page's count reads), so no
+# request the schema calls valid is refused for its depth; /v2/jobs also pages by cursor.
+MAX_PAGE = 501
 MAX_LIMIT = 500
 
 
@@ -123,6 +138,35 @@ class PaginationOut(Schema):
     total_pages: int
 
 
+class JobPaginationOut(PaginationOut):
+    next_cursor: str | None = Field(
+        None,
+        description="Pass as `cursor` for the next page, which costs the same however deep (null on the last one)",
+    )
+
+
+class ReservationOut(Schema):
+    id: UUID = Field(description="The reservation id: a provisioner starts `runworker --reservation ID`")
+    job_id: UUID | None
+    state: ReservationState = Field(
+        description="requested (waiting for a worker), bound (a worker holds it), released (ended: the job "
+        "finished, or it went back to shared execution), failed (nobody bound it in time: the job runs shared)"
+    )
+    worker_uid: str | None = Field(description="The bound worker (while bound)")
+    generation: int = Field(
+        description="How many times a worker bound it; a rebind after a lost worker is the next"
+    )
+    last_error: str = Field(
+        description="Why it waits or ended: the provisioner's exit and last stderr line, a lost worker"
+    )
+    provision_attempts: int = Field(description="Provisioner runs since it was last requested")
+    created_at: datetime
+    requested_at: datetime | None = Field(description="Since when it waits for a worker")
+    bound_at: datetime | None
+    ended_at: datetime | None
+    updated_at: datetime
+
+
 class QueueEntryOut(Schema):
     job_id: UUID
     type: str
@@ -152,6 +196,9 @@ class QueueEntryOut(Schema):
     cancel_requested: bool
     resource_category: ResourceCategory | None
     vram_mb: int | None
+    reservation: ReservationOut | None = Field(
+        None, description="A dedicated job's reservation (POST /v2/queue/{id}/dedicate); null for shared jobs"
+    )
 
     @model_serializer(mode="wrap")
     def _omit_waiting_seconds(self, handler):
@@ -192,7 +239,7 @@ class JobSummaryOut(Schema):
 
 class JobPageOut(Schema):
     data: list[JobSummaryOut]
-    pagination: PaginationOut
+    pagination: JobPaginationOut
 
 
 class StageOut(Schema):
@@ -237,6 +284,10 @@ class JobDetailOut(JobSummaryOut):
     outputs: list[OutputOut] = Field(description="Files published by the current execution")
     log_tail: list[str] = Field(description="The last lines of the job log")
     queue: QueueEntryOut | None = Field(description="The job's queue entry while it is in the queue")
+    reservation: ReservationOut | None = Field(
+        None,
+        description="The job's latest dedicated-execution reservation, whatever its state; null if never dedicated",
+    )
     quality: dict[str, Any] | None = Field(
         None,
         description="Measured quality of the outputs (quality.json: VMAF/PSNR/SSIM per rendition); null until measured",

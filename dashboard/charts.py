@@ -16,8 +16,14 @@ from django.utils.safestring import SafeString, mark_safe
 
 WIDTH, HEIGHT = 720, 200
 LEFT, RIGHT, TOP, BOTTOM = 44, 12, 10, 24
-# (window hours) -> (bucket minutes, minutes between x labels)
+# (window hours) -> (bucket minutes, minutes between x labels); `resolution` gives the same for any
+# window, including the fitted default (the span of the samples, up to FIT_MAX_MINUTES).
 RESOLUTION = {1: (1, 10), 3: (2, 30), 6: (5, 60), 12: (10, 120), 24: (15, 180), 48: (30, 360)}
+BUCKET_MINUTES = (1, 2, 5, 10, 15, 30, 60)
+LABEL_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720)
+MAX_BUCKETS, MAX_LABELS = 96, 8
+FIT_MINUTES = (5, 10, 15, 30, 60, 120, 180, 360)
+FIT_MAX_MINUTES = FIT_MINUTES[-1]
 THROUGHPUT = ("completed", "failed")
 DEPTH = ("pending", "running", "retry_wait", "paused")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -40,20 +46,41 @@ class Window:
         return self.start + index * self.bucket
 
 
+def resolution(minutes: int) -> tuple[int, int]:
+    """(bucket minutes, minutes between x labels) for a window: at most 96 buckets, 8 labels."""
+    bucket = next((b for b in BUCKET_MINUTES if minutes / b <= MAX_BUCKETS), BUCKET_MINUTES[-1])
+    label = next((m for m in LABEL_MINUTES if minutes / m <= MAX_LABELS), LABEL_MINUTES[-1])
+    return bucket, label
+
+
+def fitted_minutes(oldest: datetime | None, now: datetime) -> int:
+    """The default window: the smallest of 5 min … 6 h that holds every sample since `oldest`
+    (plus a minute), so a fresh install's first minutes fill the chart instead of a sliver of it."""
+    span = 0 if oldest is None else (now - oldest).total_seconds() / 60 + 1
+    return next((m for m in FIT_MINUTES if m >= span), FIT_MAX_MINUTES)
+
+
 def window(hours: int, now: datetime) -> Window:
-    bucket_minutes, label_minutes = RESOLUTION.get(
-        hours, (max(1, hours * 60 // 96), max(10, hours * 60 // 6))
-    )
+    return window_minutes(hours * 60, now)
+
+
+def window_minutes(minutes: int, now: datetime) -> Window:
+    bucket_minutes, label_minutes = resolution(minutes)
     bucket = timedelta(minutes=bucket_minutes)
     end = now.replace(second=0, microsecond=0)
     end -= timedelta(minutes=end.minute % bucket_minutes)
-    count = hours * 60 // bucket_minutes
+    count = max(1, minutes // bucket_minutes)
     start = end - (count - 1) * bucket
     return Window(start, bucket, count, timedelta(minutes=label_minutes))
 
 
+def window_label(minutes: int) -> str:
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h"
+
+
 def bucketize(rows: list[dict], win: Window) -> dict[str, list[float | None]]:
-    """Throughput series summed per bucket (missing = 0); depth series averaged (missing = None)."""
+    """Throughput series summed per bucket (missing = 0); depth series the bucket's busiest sample
+    (missing = None): whole jobs, never an average such as 3.5."""
     sums = {name: [0.0] * win.count for name in THROUGHPUT}
     depth = {name: [[] for _ in range(win.count)] for name in DEPTH}
     for row in rows:
@@ -66,7 +93,7 @@ def bucketize(rows: list[dict], win: Window) -> dict[str, list[float | None]]:
             depth[name][index].append(row.get(name) or 0)
     result: dict[str, list[float | None]] = dict(sums)
     for name, buckets in depth.items():
-        result[name] = [sum(b) / len(b) if b else None for b in buckets]
+        result[name] = [max(b) if b else None for b in buckets]
     return result
 
 
@@ -191,16 +218,17 @@ def lines(win: Window, series: list[Series], title: str) -> SafeString:
     return mark_safe("".join(parts))
 
 
-def overview_charts(rows: list[dict], hours: int, now: datetime) -> dict[str, SafeString | bool]:
-    win = window(hours, now)
+def overview_charts(rows: list[dict], minutes: int, now: datetime) -> dict[str, SafeString | bool]:
+    win = window_minutes(minutes, now)
     data = bucketize(rows, win)
-    minutes = int(win.bucket.total_seconds() // 60)
-    per = "minute" if minutes == 1 else f"{minutes} minutes"
+    bucket = int(win.bucket.total_seconds() // 60)
+    per = "minute" if bucket == 1 else f"{bucket} minutes"
+    last = window_label(minutes)
     return {
         "throughput": stacked_bars(
-            win, [Series(name, data[name]) for name in THROUGHPUT], f"Jobs finished per {per}, last {hours} h"
+            win, [Series(name, data[name]) for name in THROUGHPUT], f"Jobs finished per {per}, last {last}"
         ),
-        "depth": lines(win, [Series(name, data[name]) for name in DEPTH], f"Jobs by state, last {hours} h"),
+        "depth": lines(win, [Series(name, data[name]) for name in DEPTH], f"Jobs by state, last {last}"),
         "bucket_label": per,
         "has_samples": bool(rows),
         "sample_count": len(rows),

@@ -1,9 +1,10 @@
 """The create-job form, generated from the same per-type params schema the API validates with.
 
 `media.jobtypes.params_json_schema(type)` is a JSON Schema (pydantic's); each property
-becomes one input: numbers and integers with their bounds, enums as selects, booleans as
-checkboxes, UUIDs and paths as text, lists of strings as one-per-line text areas, nested objects as
-JSON. The form only turns inputs into JSON values; validation is `media.submission.create_job`'s,
+becomes one input, labelled in words (`form_labels`): numbers and integers with their bounds, enums
+as selects, lists of enum values and booleans as checkboxes, UUIDs and paths as text (the template
+turns `video_id` into a library picker and `ladder` into a rung editor), other lists of strings as
+one-per-line text areas, nested objects as JSON. The form only turns inputs into JSON values; validation is `media.submission.create_job`'s,
 so the dashboard accepts exactly what the API accepts and shows the same messages.
 """
 
@@ -13,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dashboard.form_labels import human_label
 from media.jobtypes import JOB_TYPES, params_json_schema
 
 
@@ -20,7 +22,7 @@ from media.jobtypes import JOB_TYPES, params_json_schema
 class SchemaField:
     name: str
     title: str
-    kind: str  # integer | number | boolean | enum | string | uuid | list | json
+    kind: str  # integer | number | boolean | enum | multi | string | uuid | list | json
     description: str = ""
     required: bool = False
     nullable: bool = False
@@ -32,6 +34,7 @@ class SchemaField:
     item_kind: str = ""  # for lists: string | uuid
     value: str = ""  # what the input shows
     checked: bool = False
+    selected: list[str] = field(default_factory=list)  # multi: the ticked choices
     error: str = ""
 
     @property
@@ -86,7 +89,9 @@ def schema_fields(job_type: str) -> list[SchemaField]:
             kind = "uuid" if inner.get("format") == "uuid" else "string"
         elif inner.get("type") == "array":
             items = _resolve(inner.get("items", {}), defs)
-            if items.get("type") == "string":
+            if "enum" in items:
+                kind, choices = "multi", [str(c) for c in items["enum"]]
+            elif items.get("type") == "string":
                 kind, item_kind = "list", "uuid" if items.get("format") == "uuid" else "string"
             else:
                 kind, item_kind = "json", "object"
@@ -94,7 +99,7 @@ def schema_fields(job_type: str) -> list[SchemaField]:
             kind = "json"
         f = SchemaField(
             name=name,
-            title=prop.get("title", name),
+            title=human_label(name),
             kind=kind,
             description=prop.get("description", ""),
             required=name in required,
@@ -107,8 +112,14 @@ def schema_fields(job_type: str) -> list[SchemaField]:
             item_kind=item_kind,
         )
         f.value, f.checked = _initial(f)
+        f.selected = [str(v) for v in f.default or []] if kind == "multi" else []
         result.append(f)
+    # The library picker comes before the path it stands for (the schema lists input first).
+    result.sort(key=lambda f: FIELD_ORDER.get(f.name, len(FIELD_ORDER)))
     return result
+
+
+FIELD_ORDER = {"video_id": 0, "input": 1, "video_ids": 2, "inputs": 3}
 
 
 def _initial(f: SchemaField) -> tuple[str, bool]:
@@ -121,6 +132,30 @@ def _initial(f: SchemaField) -> tuple[str, bool]:
     if f.kind == "list":
         return "\n".join(str(v) for v in f.default), False
     return str(f.default), False
+
+
+def _show(f: SchemaField, value: Any) -> None:
+    """Put a params value into its input, written as the input reads it back."""
+    if f.kind == "boolean":
+        f.checked = bool(value)
+    elif f.kind == "multi":
+        f.selected = [str(v) for v in value or []]
+    elif value is None:
+        f.value = ""
+    elif f.kind == "json":
+        f.value = json.dumps(value)
+    elif f.kind == "list":
+        f.value = "\n".join(str(v) for v in value)
+    else:
+        f.value = str(value)
+
+
+def _where(field_name: str, path: list[str]) -> str:
+    """Where inside a field an error is, in words: ladder ["3", "height"] -> "rung 4 height"."""
+    if path and path[0].isdigit():
+        item = "rung" if field_name == "ladder" else "item"
+        return " ".join([f"{item} {int(path[0]) + 1}", *(part.replace("_", " ") for part in path[1:])])
+    return ".".join(path)
 
 
 def _number(raw: str, integer: bool) -> Any:
@@ -183,6 +218,11 @@ def params_from_post(fields: list[SchemaField], data) -> dict[str, Any]:
             f.checked = data.get(f.input_name) == "on"
             params[f.name] = f.checked
             continue
+        if f.kind == "multi":
+            # Shown as checkboxes: none ticked is an explicit [] (e.g. quality measuring off).
+            f.selected = [v for v in data.getlist(f.input_name) if v]
+            params[f.name] = f.selected
+            continue
         raw = data.get(f.input_name, "")
         f.value = raw
         raw = raw.strip()
@@ -214,6 +254,7 @@ class JobForm:
     options: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # field -> message (top-level and params)
     general: list[str] = field(default_factory=list)
+    rerun_of: Any = None  # the job a re-run copies (shown above the form)
 
     @classmethod
     def for_type(cls, job_type: str) -> JobForm:
@@ -229,6 +270,22 @@ class JobForm:
                 "vram_mb": "",
                 "webhook_url": "",
             },
+        )
+
+    def prefill(self, job) -> None:
+        """Show a job's params and options (a re-run: the operator checks them, then creates)."""
+        for f in self.fields:
+            if f.name in job.params:
+                _show(f, job.params[f.name])
+        self.options.update(
+            {
+                "priority": str(job.priority),
+                "max_attempts": str(job.max_attempts),
+                "hardware": job.hardware,
+                "resource_category": job.resource_category or "",
+                "vram_mb": "" if job.vram_mb is None else str(job.vram_mb),
+                "webhook_url": job.webhook_url or "",
+            }
         )
 
     @property
@@ -264,7 +321,7 @@ class JobForm:
             parts = name.split(".")
             if parts[0] == "params" and len(parts) > 1 and parts[1] in by_name:
                 target = by_name[parts[1]]
-                detail = ".".join(parts[2:])
+                detail = _where(parts[1], parts[2:])
                 target.error = "; ".join(
                     filter(None, [target.error, f"{detail}: {message}" if detail else message])
                 )

@@ -10,8 +10,12 @@ from __future__ import annotations
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from dashboard.charts import divisions
+
 WIDTH, HEIGHT = 420, 180
-LEFT, RIGHT, TOP, BOTTOM = 40, 16, 10, 28
+LEFT, RIGHT, TOP, BOTTOM = 40, 16, 10, 40
+# A label's box, estimated from its length (10 px text: about 6 px a character, 12 px tall).
+CHAR_WIDTH, LABEL_HEIGHT = 6.0, 12.0
 
 
 def _nice(value: float) -> float:
@@ -53,16 +57,21 @@ def bitrate_vmaf_chart(quality: dict | None) -> SafeString | None:
         parts.append(
             f'<text class="axis" x="{LEFT - 6}" y="{y(vmaf) + 4:.1f}" text-anchor="end">{vmaf}</text>'
         )
-    for i in range(5):
-        kbps = top_x * i / 4
+    steps = divisions(top_x)  # round tick values: 250 kbit/s in steps of 50, not of 62.5
+    for i in range(steps + 1):
+        kbps = top_x * i / steps
         parts.append(
-            f'<text class="axis" x="{x(kbps):.1f}" y="{HEIGHT - 12}" text-anchor="middle">{kbps:g}</text>'
+            f'<text class="axis" x="{x(kbps):.1f}" y="{HEIGHT - 24}" text-anchor="middle">{kbps:g}</text>'
         )
-    parts.append(f'<text class="axis" x="{WIDTH - RIGHT}" y="{HEIGHT - 1}" text-anchor="end">kbit/s</text>')
+    # The unit on a line of its own under the tick values, so it never runs into the last one.
+    parts.append(
+        f'<text class="axis" x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 6}" text-anchor="middle">bitrate, kbit/s</text>'
+    )
     path = " ".join(
         f"{'M' if i == 0 else 'L'}{x(r['bitrate_kbps']):.1f},{y(r['vmaf']):.1f}" for i, r in enumerate(points)
     )
     parts.append(f'<path class="line s-vmaf" d="{path}" fill="none"/>')
+    taken: list[tuple[float, float, float, float]] = []
     for r in points:
         cx, cy = x(r["bitrate_kbps"]), y(r["vmaf"])
         if r.get("vmaf_p5") is not None:
@@ -74,6 +83,36 @@ def bitrate_vmaf_chart(quality: dict | None) -> SafeString | None:
             f'<circle class="point s-vmaf" cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" data-rendition="{name}">'
             f"<title>{name}: VMAF {r['vmaf']:.1f} at {r['bitrate_kbps']:g} kbit/s</title></circle>"
         )
-        parts.append(f'<text class="label" x="{cx + 6:.1f}" y="{cy - 6:.1f}">{name}</text>')
+        lx, ly, anchor = _label_place(cx, cy, len(name), taken)
+        parts.append(f'<text class="label" x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">{name}</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))
+
+
+def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _label_place(
+    cx: float, cy: float, chars: int, taken: list[tuple[float, float, float, float]]
+) -> tuple[float, float, str]:
+    """Where a point's label goes: above-right, below-right, above-left or below-left of the point,
+    the first that stays inside the chart and clear of the labels already placed (else the first
+    inside). The chosen box is added to `taken`."""
+    width = chars * CHAR_WIDTH
+    candidates = []
+    for dy in (-6.0, 6.0 + LABEL_HEIGHT - 2):
+        for side in ("start", "end"):
+            lx = cx + 6 if side == "start" else cx - 6
+            left = lx if side == "start" else lx - width
+            box = (left, cy + dy - LABEL_HEIGHT + 2, left + width, cy + dy + 2)
+            candidates.append((lx, cy + dy, side, box))
+    inside = [
+        c
+        for c in candidates
+        if c[3][0] >= 0 and c[3][2] <= WIDTH and c[3][1] >= 0 and c[3][3] <= HEIGHT - BOTTOM
+    ]
+    pool = inside or candidates
+    lx, ly, side, box = next((c for c in pool if not any(_overlaps(c[3], t) for t in taken)), pool[0])
+    taken.append(box)
+    return lx, ly, side

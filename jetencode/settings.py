@@ -5,10 +5,12 @@ its command (JETENCODE_APPLICATION_NAME) and starts the embedded PostgreSQL when
 unset; the tests have their own settings (tests/settings.py) on top of these.
 """
 
+import ipaddress
 import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from jetencode.env import create_secret_file, envbool, envfloat, envint, envlist, envstr
 
@@ -53,6 +55,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     # django-ninja's templates and static files: /v2/docs serves Swagger UI from here, not a CDN.
     "ninja",
+    "corsheaders",
     "jetencode",
     "scheduler",
     "media",
@@ -62,6 +65,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a preflight is answered before anything else can turn it into a redirect or a 405.
+    "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "jetencode.middleware.RefuseNulMiddleware",
@@ -72,6 +77,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "api.middleware.JsonMethodNotAllowedMiddleware",
+    # Innermost: a HEAD runs the GET view and loses only the body (api/middleware.py).
+    "api.middleware.HeadAsGetMiddleware",
 ]
 
 ROOT_URLCONF = "jetencode.urls"
@@ -162,6 +169,25 @@ SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"  # nothing is framed: outputs play in <video>, which X-Frame-Options does not affect
 # Load balancer health checks and Prometheus scrape over plain HTTP inside the network.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# --- CORS: players and apps on other sites (docs/api.md, "Playing outputs on your site") ---
+# Only the API (and /healthz, /metrics) answer cross-origin, and only to the listed origins
+# (scheme://host[:port]); "*" allows any. Credentials are the bearer token or a signed playback
+# URL, never cookies, so no Access-Control-Allow-Credentials.
+CORS_ALLOWED_ORIGINS = [o for o in envlist("JETENCODE_CORS_ORIGINS") if o != "*"]
+CORS_ALLOW_ALL_ORIGINS = "*" in envlist("JETENCODE_CORS_ORIGINS")
+CORS_URLS_REGEX = r"^/(v1/|v2/|healthz$|metrics$)"
+CORS_ALLOW_HEADERS = (
+    "accept",
+    "authorization",
+    "content-type",
+    "if-modified-since",
+    "if-none-match",
+    "if-range",
+    "range",
+)
+# What a player reads from a response: byte ranges for seeking, validators, where a new job is.
+CORS_EXPOSE_HEADERS = ("Accept-Ranges", "Content-Length", "Content-Range", "ETag", "Location", "Retry-After")
+CORS_PREFLIGHT_MAX_AGE = envint("JETENCODE_CORS_MAX_AGE", 3600, minimum=0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("JETENCODE_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 
 # --- Scheduler and worker timing (validated again by the worker at start) ---
@@ -170,6 +196,11 @@ JETENCODE = {
     "HEARTBEAT_SECONDS": envfloat("JETENCODE_HEARTBEAT_SECONDS", 5, minimum=0.1),
     "STALE_WORKER_SECONDS": envfloat("JETENCODE_STALE_WORKER_SECONDS", 60, minimum=1),
     "REASSIGN_AFTER_SECONDS": envfloat("JETENCODE_REASSIGN_AFTER_SECONDS", 120, minimum=1),
+    # Dedicated execution: an unbound reservation fails back to shared execution after this long
+    # (the workers' maintenance enforces it); the provisioner command and its deadline.
+    "RESERVATION_TIMEOUT_SECONDS": envfloat("JETENCODE_RESERVATION_TIMEOUT_SECONDS", 600, minimum=1),
+    "PROVISIONER": envstr("JETENCODE_PROVISIONER"),
+    "PROVISIONER_TIMEOUT_SECONDS": envfloat("JETENCODE_PROVISIONER_TIMEOUT_SECONDS", 60, minimum=1),
     "SHUTDOWN_GRACE_SECONDS": envfloat("JETENCODE_SHUTDOWN_GRACE_SECONDS", 30, minimum=0),
     "POLL_SECONDS": envfloat("JETENCODE_POLL_SECONDS", 1, minimum=0.05),
     "RECOVERY_INTERVAL_SECONDS": envfloat("JETENCODE_RECOVERY_INTERVAL_SECONDS", 5, minimum=0.1),
@@ -180,15 +211,31 @@ JETENCODE = {
     "STALL_SECONDS": envfloat("JETENCODE_STALL_SECONDS", 120, minimum=1),
     # Address-space limit (RLIMIT_AS) of each stage subprocess (FFmpeg), in MiB; 0 for none.
     "FFMPEG_MEMORY_MB": envint("JETENCODE_FFMPEG_MEMORY_MB", 16384, minimum=0),
+    # Wall-clock limit of one probe process (media.probe: PyAV in a process of its own).
+    "PROBE_TIMEOUT_SECONDS": envfloat("JETENCODE_PROBE_TIMEOUT_SECONDS", 60, minimum=1),
     "WEBHOOK_SECRET": envstr("JETENCODE_WEBHOOK_SECRET"),
     "WEBHOOK_ALLOW_PRIVATE": envbool("JETENCODE_WEBHOOK_ALLOW_PRIVATE", False),
     # A delivery as a whole (connect + send + response), enforced on its socket.
     "WEBHOOK_DEADLINE_SECONDS": envfloat("JETENCODE_WEBHOOK_DEADLINE_SECONDS", 30, minimum=0.1),
+    # The webhook host's DNS lookup (at submission and before each delivery).
+    "WEBHOOK_DNS_TIMEOUT_SECONDS": envfloat("JETENCODE_WEBHOOK_DNS_TIMEOUT_SECONDS", 5, minimum=0.1),
+    # /metrics is computed at most once per this many seconds per web process (api/metrics.py).
+    "METRICS_CACHE_SECONDS": envfloat("JETENCODE_METRICS_CACHE_SECONDS", 10, minimum=0),
     # Login throttling: failed logins per user name / per address within the window.
     "LOGIN_FAILURES_PER_USER": envint("JETENCODE_LOGIN_FAILURES_PER_USER", 10, minimum=0),
     "LOGIN_FAILURES_PER_ADDRESS": envint("JETENCODE_LOGIN_FAILURES_PER_ADDRESS", 50, minimum=0),
     "LOGIN_WINDOW_SECONDS": envfloat("JETENCODE_LOGIN_WINDOW_SECONDS", 900, minimum=1),
 }
+# Proxies whose X-Forwarded-For names the client for login throttling (jetencode/login.py):
+# addresses or networks, comma-separated. Empty: the client is REMOTE_ADDR.
+TRUSTED_PROXIES = envlist("JETENCODE_TRUSTED_PROXIES")
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"JETENCODE_TRUSTED_PROXIES: {_proxy!r} is not an address or network"
+        ) from None
 MEDIA_ROOT_DIR = Path(envstr("JETENCODE_MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 OUTPUT_ROOT_DIR = Path(envstr("JETENCODE_OUTPUT_ROOT", str(VAR_DIR / "outputs"))).resolve()
 WORKSPACE_ROOT_DIR = Path(envstr("JETENCODE_WORKSPACE_ROOT", str(VAR_DIR / "workspace"))).resolve()

@@ -16,4 +16,8 @@ urlpatterns = [
     path("", include("api.urls")),  # /v2/..., /v1/sysinfo, /healthz, /metrics
 ]
 
-handler404 = "api.errors.handler404"  # JSON 404s under /v1/ and /v2/
+# JSON errors under /v1/, /v2/, /healthz and /metrics, Django's pages elsewhere.
+handler400 = "api.errors.handler400"
+handler403 = "api.errors.handler403"
+handler404 = "api.errors.handler404"
+handler500 = "api.errors.handler500"

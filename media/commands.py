@@ -334,6 +334,9 @@ def rendition(
     )
 
 
+HLS_STREAMS = {"all": "0", "video": "0:v:0", "audio": "0:a:0"}
+
+
 def hls_package(
     src: Path,
     out_dir: Path,
@@ -341,23 +344,27 @@ def hls_package(
     segment_seconds: float,
     playlist_name: str = "index.m3u8",
     fmp4: bool = False,
+    streams: str = "all",
     ffmpeg: str | None = None,
 ) -> list[str]:
     """Remux (no re-encode) an MP4 rendition into an HLS VOD playlist: MPEG-TS segments, or with
-    `fmp4` fragmented-MP4 (CMAF) segments after an `init.mp4` (what HEVC and AV1 need)."""
+    `fmp4` CMAF segments after an `init.mp4` (what HEVC and AV1 need): `movflags=+cmaf` puts the
+    `cmfc` brand in the init segment (media.cmaf.mark_segments brands the segments). `streams`:
+    "all", or "video" / "audio" for one track per file (a CMAF track: video renditions and one
+    audio rendition, joined by the master playlist's EXT-X-MEDIA group)."""
     out = _path(out_dir)
     if "%" in out:
         raise ValueError("HLS output directory must not contain '%'")  # it would corrupt the segment pattern
     if fmp4:
-        segments = ["-hls_segment_type", "fmp4", "-hls_fmp4_init_filename", "init.mp4"]
-        segments += ["-hls_segment_filename", f"{out}/seg_%05d.m4s"]
+        segments = ["-hls_segment_options", "movflags=+cmaf", "-hls_segment_type", "fmp4"]
+        segments += ["-hls_fmp4_init_filename", "init.mp4", "-hls_segment_filename", f"{out}/seg_%05d.m4s"]
     else:
         segments = ["-hls_segment_type", "mpegts", "-hls_segment_filename", f"{out}/seg_%05d.ts"]
     return base_args(ffmpeg) + [
         "-i",
         _path(src),
         "-map",
-        "0",
+        HLS_STREAMS[streams],
         "-c",
         "copy",
         "-f",

@@ -22,13 +22,16 @@ DEMO_CLIPS: dict[str, dict] = {
     "inbox/demo-inbox.mp4": {"width": 480, "height": 270, "seconds": 3.0},
     "public/demo-public.mp4": {"width": 480, "height": 270, "seconds": 3.0},
 }
-# The library titles of the clips the demo adds to the library: each says what the clip is, so no
-# two read alike (a re-encoded copy is titled after its file, e.g. "demo-landscape").
+# The library titles of the demo clips, every one of them (the inbox and public clips too, so the
+# library shows all six): each says what the clip is, so no two read alike (a re-encoded copy is
+# titled after its file, e.g. "demo-landscape").
 DEMO_TITLES: dict[str, str] = {
     "videos/demo-landscape.mp4": "Demo · landscape 640×360, 5 s",
     "videos/demo-portrait.mp4": "Demo · portrait 360×640, 4 s",
     "videos/demo-silent.mp4": "Demo · silent landscape, 3 s",
     "videos/demo-scenes.mp4": "Demo · four scenes with a loud middle, 6 s",
+    "inbox/demo-inbox.mp4": "Demo · inbox clip 480×270, 3 s",
+    "public/demo-public.mp4": "Demo · public clip 480×270, 3 s",
 }
 
 

@@ -56,6 +56,20 @@ class Variant:
     height: int
     frame_rate: float | None
     codecs: str
+    audio_group: str | None = None  # the EXT-X-MEDIA group its audio comes from (CMAF: own track)
+
+
+AUDIO_GROUP = "audio"
+
+
+@dataclass(frozen=True)
+class AudioRendition:
+    """The one audio track of a CMAF ladder (`EXT-X-MEDIA:TYPE=AUDIO`), shared by its variants."""
+
+    uri: str
+    channels: int | None = None
+    name: str = "Main"
+    language: str | None = None
 
 
 def variant_from_probe(
@@ -76,9 +90,23 @@ def variant_from_probe(
     return Variant(uri, bandwidth, average, int(info.width or 0), int(info.height or 0), info.fps, codecs)
 
 
-def master_playlist(variants: list[Variant], version: int = 3) -> str:
-    """`version` 7 when any variant uses fMP4 segments (HEVC/AV1), 3 for MPEG-TS only."""
+def audio_media_line(audio: AudioRendition) -> str:
+    attrs = [f'TYPE=AUDIO,GROUP-ID="{AUDIO_GROUP}"', f'NAME="{audio.name}"']
+    if audio.language:
+        attrs.append(f'LANGUAGE="{audio.language}"')
+    attrs += ["DEFAULT=YES", "AUTOSELECT=YES"]
+    if audio.channels:
+        attrs.append(f'CHANNELS="{int(audio.channels)}"')
+    attrs.append(f'URI="{audio.uri}"')
+    return "#EXT-X-MEDIA:" + ",".join(attrs)
+
+
+def master_playlist(variants: list[Variant], version: int = 3, audio: AudioRendition | None = None) -> str:
+    """`version` 7 when any variant uses fMP4 segments (HEVC/AV1), 3 for MPEG-TS only. With
+    `audio`, the variants whose `audio_group` names it play it alongside their video track."""
     lines = ["#EXTM3U", f"#EXT-X-VERSION:{int(version)}", "#EXT-X-INDEPENDENT-SEGMENTS"]
+    if audio is not None:
+        lines.append(audio_media_line(audio))
     for v in sorted(variants, key=lambda v: -v.bandwidth):
         attrs = [f"BANDWIDTH={v.bandwidth}"]
         if v.average_bandwidth:
@@ -89,6 +117,8 @@ def master_playlist(variants: list[Variant], version: int = 3) -> str:
             attrs.append(f"FRAME-RATE={v.frame_rate:.3f}")
         if v.codecs:
             attrs.append(f'CODECS="{v.codecs}"')
+        if v.audio_group and audio is not None:
+            attrs.append(f'AUDIO="{v.audio_group}"')
         lines.append("#EXT-X-STREAM-INF:" + ",".join(attrs))
         lines.append(v.uri)
     return "\n".join(lines) + "\n"
@@ -96,7 +126,7 @@ def master_playlist(variants: list[Variant], version: int = 3) -> str:
 
 # --- CODECS strings for HEVC and AV1 (RFC 6381 / ISO 14496-15 annex E, AV1-ISOBMFF) ----------------
 
-FMP4_CODECS = ("hevc", "av1")  # packaged as fMP4 (CMAF) HLS; H.264 stays MPEG-TS
+FMP4_CODECS = ("hevc", "av1")  # packaged as CMAF HLS (one track per file); H.264 stays MPEG-TS
 
 
 def _reverse_bits32(value: int) -> int:

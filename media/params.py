@@ -8,15 +8,17 @@ checked by `media.paths` at submission (the worker checks again).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from collections import Counter
-from typing import Annotated, Literal
+from types import UnionType
+from typing import Annotated, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from media.paths import UnsafePathError, check_relative, open_media_file, resolve_media_path
-from media.probe import reference_problem
+from media.probe import reference_problems
 
 Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -34,16 +36,27 @@ MAX_INPUTS = 64
 
 
 def _check_media_file(value: str, what: str) -> str:
-    # Opened by descriptor (media.paths.open_media_file), and only the descriptor is read.
-    try:
-        with open_media_file(value, what=what) as (fd, path):
-            # A playlist or concat list makes FFmpeg read the files it names, anywhere (media.probe).
-            problem = reference_problem(f"/proc/self/fd/{fd}", name=path.name)
-    except UnsafePathError as exc:
-        raise ValueError(str(exc)) from None
-    if problem:
-        raise ValueError(f"{what} {problem}")
-    return check_relative(value, what=what).as_posix()
+    return _check_media_files([value], [what])[0]
+
+
+def _check_media_files(values: list[str], whats: list[str]) -> list[str]:
+    """Each file opened by descriptor (media.paths.open_media_file), and only the descriptors are
+    read: in one probe process for all of them (a playlist or concat list makes FFmpeg read the
+    files it names, anywhere: media.probe.reference_problems)."""
+    with contextlib.ExitStack() as opened:
+        fds, names = [], []
+        for value, what in zip(values, whats, strict=True):
+            try:
+                fd, path = opened.enter_context(open_media_file(value, what=what))
+            except UnsafePathError as exc:
+                raise ValueError(str(exc)) from None
+            fds.append(fd)
+            names.append(path.name)
+        problems = reference_problems(fds, names)
+    for what, problem in zip(whats, problems, strict=True):
+        if problem:
+            raise ValueError(f"{what} {problem}")
+    return [check_relative(value, what=what).as_posix() for value, what in zip(values, whats, strict=True)]
 
 
 def _check_media_dir(value: str, what: str) -> str:
@@ -128,12 +141,73 @@ def check_output_duration(seconds: float, fps: float, what: str) -> str | None:
 # --- the params models -------------------------------------------------------------------------------
 
 
+def _json_kind(annotation) -> str | None:
+    """ "boolean", "integer" or "number" when a field holds one of those (optional or not), else None."""
+    if annotation is bool:
+        return "boolean"
+    if annotation is int:
+        return "integer"
+    if annotation is float:
+        return "number"
+    if get_origin(annotation) is Annotated:
+        return _json_kind(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        kinds = {_json_kind(arg) for arg in get_args(annotation) if arg is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else None
+    return None
+
+
+def _is_json_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def strict_json_value(kind: str | None, value):
+    """Refuse what pydantic's lax mode would convert: `true` or `"1"` for an integer, `1` or `"yes"`
+    for a boolean. JSON has one number type, so 152.0 is still the integer 152 (pydantic's own check
+    refuses 152.5 afterwards) and an integer is a valid number."""
+    if value is None or kind is None:
+        return value
+    if kind == "boolean" and not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    if kind in ("integer", "number") and not _is_json_number(value):
+        raise ValueError(
+            f"must be {'an integer' if kind == 'integer' else 'a number'}, not {type(value).__name__}"
+        )
+    return value
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, str_max_length=1024, frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _types_as_json_schema_says(cls, value, info: ValidationInfo):
+        """Booleans, integers and numbers are exactly what the params schema declares: the API
+        stores what it was sent, so `{"seed": false}` must not become seed 0."""
+        field = cls.model_fields.get(info.field_name or "")
+        return value if field is None else strict_json_value(_json_kind(field.annotation), value)
+
+
+def exactly_one_of(first: str, second: str) -> dict:
+    """JSON Schema for "exactly one of these two fields, not null": what `_one_source` checks, said
+    in the params schema so that a request it calls valid is one the API accepts. Not both; and
+    when the first is missing, the second. (`not` and `if`, not a `oneOf` of the object itself,
+    which client generators turn into a union of two classes instead of one params class.)"""
+    return {
+        "not": {"allOf": [_given(first), _given(second)]},
+        "if": {"not": _given(first)},
+        "then": _given(second),
+    }
+
+
+def _given(name: str) -> dict:
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
 
 
 class SingleInput(Params):
     """Types that read one video: exactly one of `input` (media-root-relative path) or `video_id`."""
+
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "video_id"))
 
     input: str | None = Field(None, description="Path relative to the media root")
     video_id: uuid.UUID | None = Field(None, description="A media-library asset")
@@ -153,6 +227,8 @@ class SingleInput(Params):
 class MultiInput(Params):
     """Types that read several videos: exactly one of `inputs` or `video_ids`."""
 
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("inputs", "video_ids"))
+
     inputs: list[str] | None = Field(
         None, max_length=MAX_INPUTS, description="Paths relative to the media root"
     )
@@ -164,7 +240,7 @@ class MultiInput(Params):
         if value is None:
             return None
         check_repeats(value, "inputs")
-        return [_check_media_file(item, f"inputs[{index}]") for index, item in enumerate(value)]
+        return _check_media_files(value, [f"inputs[{index}]" for index in range(len(value))])
 
     @field_validator("video_ids")
     @classmethod

@@ -20,8 +20,12 @@ How a rendition is measured (docs/media.md, "Measured quality"):
 
 from __future__ import annotations
 
+import array
 import json
 import math
+import random
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +35,13 @@ from media.commands import _num, _path, base_args
 VMAF_MODEL = "vmaf_v0.6.1"
 METRICS = ("vmaf", "psnr", "ssim")
 # Subsampling: about this many frames scored per rendition, but never fewer than one frame every
-# two seconds (n_subsample <= 2 x fps). bench/quality.py measures what it costs (docs/benchmarks.md).
-VMAF_SAMPLE_FRAMES = 12
+# two seconds (n_subsample <= 2 x fps), so it only matters below ~50 s of video. 24 rather than 12:
+# the per-frame VMAF of an encode varies by a few points within each GOP, and the mean of 12 frames
+# strayed up to 1 point from the every-frame mean on the test clips, 24 about 0.5 (docs/media.md,
+# "Measured quality"). bench/quality.py measures what it costs (docs/benchmarks.md).
+VMAF_SAMPLE_FRAMES = 24
+# How much a stride's distance from the wanted one (|log ratio|) weighs against its GOP discrepancy.
+STRIDE_DISTANCE_WEIGHT = 0.3
 MAX_SECONDS_BETWEEN_SCORED = 2
 VMAF_THREADS = 2
 # A rendition "reaches" target_vmaf when its full measured VMAF is at least target - this.
@@ -49,14 +58,47 @@ def frame_count(seconds: float, fps: float | None) -> int:
     return int(seconds * (fps or 25))
 
 
-def n_subsample_for(frames: int, fps: float | None, override: int | None = None) -> int:
-    """Score every Nth frame: `override` when given, else about VMAF_SAMPLE_FRAMES frames, capped so
-    at least one frame every MAX_SECONDS_BETWEEN_SCORED seconds is scored."""
+def n_subsample_for(
+    frames: int, fps: float | None, override: int | None = None, gop_frames: int | None = None
+) -> int:
+    """Score one frame in N: `override` when given, else about VMAF_SAMPLE_FRAMES frames, at least
+    one every MAX_SECONDS_BETWEEN_SCORED seconds, with N chosen by `unaligned_stride` so that the
+    scored frames never line up with the GOP (`gop_frames`; unknown: 2 s of frames, whose
+    divisors include the 1 s GOP) or an encoder's mini-GOP."""
     if override:
         return max(1, int(override))
     wanted = max(1, math.ceil(max(frames, 1) / VMAF_SAMPLE_FRAMES))
     cap = max(1, int(round((fps or 25) * MAX_SECONDS_BETWEEN_SCORED)))
-    return min(wanted, cap)
+    gop = int(gop_frames) if gop_frames else 2 * max(1, int(round(fps or 25)))
+    return unaligned_stride(min(wanted, cap), cap, frames, gop)
+
+
+def unaligned_stride(wanted: int, cap: int, frames: int, gop: int) -> int:
+    """The stride closest to `wanted` (at most `cap`) whose scored frames 0, N, 2N... fall evenly on
+    the positions of a GOP. A stride sharing a factor with the GOP revisits the same few positions
+    (N = GOP scores only keyframes: +2 VMAF on a real 720p HEVC ladder, +4 to +11 on the test
+    clips, where a keyframe reads far above the frames before the next one). So N is coprime with
+    the GOP, odd and not a multiple of 3 (B-pyramids and AV1's altref intervals repeat every 2, 4,
+    8, 16 or 3, 6 frames), and among those the one whose GOP positions have the lowest discrepancy
+    (`gop_discrepancy`), traded against straying from `wanted` (which sets the cost)."""
+    if wanted < 3 or gop < 2:
+        return wanted
+    candidates = [n for n in range(3, min(cap, 2 * wanted) + 1) if n % 2 and n % 3 and math.gcd(n, gop) == 1]
+    if not candidates:
+        return wanted
+    return min(
+        candidates,
+        key=lambda n: gop_discrepancy(n, frames, gop) + STRIDE_DISTANCE_WEIGHT * abs(math.log(n / wanted)),
+    )
+
+
+def gop_discrepancy(stride: int, frames: int, gop: int) -> float:
+    """How unevenly frames 0, stride, 2 x stride... below `frames` cover the positions of a GOP:
+    the star discrepancy of their positions (k x stride mod gop) / gop, 0 for perfectly even, 1
+    when they all fall on one position."""
+    positions = sorted((k % gop) / gop for k in range(0, max(frames, 1), stride))
+    count = len(positions)
+    return 1 / (2 * count) + max(abs(x - (2 * i + 1) / (2 * count)) for i, x in enumerate(positions))
 
 
 def libvmaf_features(metrics: list[str] | tuple[str, ...]) -> str:
@@ -240,23 +282,102 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+# parse_log reads the log as a stream: one frame object at a time, never the whole file (a ten-hour
+# 60 fps source scored frame by frame is a multi-gigabyte log). Means are exact over every frame;
+# the 5th percentile is exact up to MAX_PERCENTILE_FRAMES scored frames and, beyond, taken from a
+# uniform sample of that many (a fixed seed: the same log gives the same figure).
+MAX_PERCENTILE_FRAMES = 50_000
+LOG_CHUNK_CHARS = 64 * 1024
+MAX_FRAME_CHARS = 1024 * 1024  # one frame's JSON object; a larger one is not libvmaf's log
+_LOG_VERSION = re.compile(r'"version"\s*:\s*"([^"]{0,64})"')
+
+
+class _Pool:
+    """Running sums and a bounded sample of one metric."""
+
+    def __init__(self, keep: int, seed: int):
+        self.count, self.total = 0, 0.0
+        self.sample: array.array = array.array("d")
+        self.keep, self.random = keep, random.Random(seed)
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        if len(self.sample) < self.keep:
+            self.sample.append(value)
+        else:  # reservoir sampling (Algorithm R)
+            slot = self.random.randrange(self.count)
+            if slot < self.keep:
+                self.sample[slot] = value
+
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _log_frames(text) -> tuple[str, Iterator[dict]]:
+    """(libvmaf's version, an iterator over the log's frame objects), reading `text` in chunks."""
+    buffer = ""
+    while (start := buffer.find('"frames"')) < 0:
+        chunk = text.read(LOG_CHUNK_CHARS)
+        if not chunk:
+            raise ValueError("libvmaf scored no frames")
+        buffer += chunk
+        if len(buffer) > MAX_FRAME_CHARS:
+            raise ValueError("not a libvmaf log (no frames near its start)")
+    found = _LOG_VERSION.search(buffer[:start])
+    return (found.group(1) if found else "unknown"), _frame_objects(text, buffer[start + len('"frames"') :])
+
+
+def _frame_objects(text, buffer: str) -> Iterator[dict]:
+    decoder, position, opened = json.JSONDecoder(), 0, False
+    while True:
+        while position < len(buffer) and buffer[position] in " \t\r\n,:" + ("" if opened else "["):
+            opened = opened or buffer[position] == "["
+            position += 1
+        if opened and buffer.startswith("]", position):
+            return
+        try:
+            frame, end = decoder.raw_decode(buffer, position) if position < len(buffer) else (None, 0)
+        except ValueError:
+            frame = None
+        if frame is not None and opened:
+            yield frame
+            buffer, position = buffer[end:], 0
+            continue
+        chunk = text.read(LOG_CHUNK_CHARS)
+        if not chunk or len(buffer) - position > MAX_FRAME_CHARS:
+            raise ValueError("the libvmaf log is truncated or malformed")
+        buffer = buffer[position:] + chunk
+        position = 0
+
+
 def parse_log(log_path: Path) -> Scores:
-    """Pool libvmaf's per-frame JSON log (see the module docstring for why not its pooled figures)."""
-    data = json.loads(Path(log_path).read_text())
-    frames = [f.get("metrics", {}) for f in data.get("frames", [])]
+    """Pool libvmaf's per-frame JSON log (see the module docstring for why not its pooled figures),
+    read as a stream within a fixed memory bound (MAX_PERCENTILE_FRAMES, the comment above)."""
+    # Only VMAF has a percentile: PSNR and SSIM keep their sums.
+    vmaf, psnr, ssim = _Pool(MAX_PERCENTILE_FRAMES, 1), _Pool(0, 2), _Pool(0, 3)
+    frames = 0
+    with open(log_path, encoding="utf-8", errors="replace") as text:
+        version, objects = _log_frames(text)
+        for frame in objects:
+            metrics = frame.get("metrics", {}) if isinstance(frame, dict) else {}
+            frames += 1
+            if "vmaf" in metrics:
+                vmaf.add(float(metrics["vmaf"]))
+            # Identical frames give an infinite PSNR, which libvmaf caps (60 dB for 8-bit); keep it finite.
+            if "psnr_y" in metrics and math.isfinite(float(metrics["psnr_y"])):
+                psnr.add(float(metrics["psnr_y"]))
+            if "float_ssim" in metrics:
+                ssim.add(float(metrics["float_ssim"]))
     if not frames:
         raise ValueError("libvmaf scored no frames")
-    vmaf = [float(f["vmaf"]) for f in frames if "vmaf" in f]
-    # Identical frames give an infinite PSNR, which libvmaf caps (60 dB for 8-bit); keep it finite.
-    psnr = [float(f["psnr_y"]) for f in frames if "psnr_y" in f and math.isfinite(float(f["psnr_y"]))]
-    ssim = [float(f["float_ssim"]) for f in frames if "float_ssim" in f]
     return Scores(
-        frames=len(frames),
-        vmaf=_mean(vmaf),
-        vmaf_p5=percentile(vmaf, 5) if vmaf else None,
-        psnr_db=_mean(psnr),
-        ssim=_mean(ssim),
-        libvmaf_version=str(data.get("version") or "unknown"),
+        frames=frames,
+        vmaf=vmaf.mean(),
+        vmaf_p5=percentile(list(vmaf.sample), 5) if vmaf.count else None,
+        psnr_db=psnr.mean(),
+        ssim=ssim.mean(),
+        libvmaf_version=version,
     )
 
 

@@ -96,7 +96,20 @@ class JobActionsMixin:
             "Redispatched",
         )
 
-    job_actions = ["cancel_jobs", "retry_jobs", "pause_jobs", "resume_jobs", "redispatch_jobs"]
+    @admin.action(
+        description="Run selected jobs on a dedicated worker (reserve one each)", permissions=["operate"]
+    )
+    def dedicate_jobs(self, request, queryset):
+        self.run_job_action(request, queryset, repository.reserve_job, "Waiting for a dedicated worker:")
+
+    job_actions = [
+        "cancel_jobs",
+        "retry_jobs",
+        "pause_jobs",
+        "resume_jobs",
+        "redispatch_jobs",
+        "dedicate_jobs",
+    ]
 
 
 def _search_uuid(term: str):
@@ -493,7 +506,18 @@ class QueueWorkerAdmin(ReadOnlyAdmin):
 
 @admin.register(QueueReservation)
 class QueueReservationAdmin(ReadOnlyAdmin):
-    list_display = ("id", "job_link", "worker_uid", "state", "last_error", "created_at", "updated_at")
+    list_display = (
+        "id",
+        "job_link",
+        "state",
+        "worker_uid",
+        "generation",
+        "provision_attempts",
+        "last_error",
+        "requested_at",
+        "bound_at",
+        "ended_at",
+    )
     list_filter = (choices_filter("state", RESERVATION_STATES),)
     search_fields = ("worker_uid",)
     ordering = ("-created_at",)

@@ -373,13 +373,24 @@ class QueueWorker(models.Model):
 
 
 class QueueReservation(models.Model):
-    """The durable seam for dedicated (emergency) execution: no provisioning here."""
+    """A dedicated-execution reservation (scheduler/sql/functions/55_reservations.sql): the job, the
+    worker session bound to it, and what provisioning it has seen. No provisioning here."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     worker_uid = models.TextField(null=True, blank=True)
+    # The session that bound it: a new process of the same uid does not inherit the binding.
+    worker_session_id = models.UUIDField(null=True, blank=True)
     state = models.TextField(default="requested")
+    # How many times a worker bound it: a rebind after a lost worker is the next generation.
+    generation = models.IntegerField(default=0, db_default=0)
     last_error = models.TextField(blank=True, default="")
+    requested_at = models.DateTimeField(null=True, blank=True)  # since when it waits for a worker
+    bound_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    provision_attempts = models.IntegerField(default=0, db_default=0)  # since it was last requested
+    next_provision_at = models.DateTimeField(null=True, blank=True)  # NULL: nothing to provision
+    provisioned_at = models.DateTimeField(null=True, blank=True)  # the last provisioner success
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

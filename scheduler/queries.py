@@ -63,6 +63,33 @@ class QueueEntry:
     cancel_requested: bool
     resource_category: str | None
     vram_mb: int | None
+    reservation: dict[str, Any] | None = None  # the dedicated job's reservation (reservation_dict)
+
+
+RESERVATION_TIMES = ("created_at", "requested_at", "bound_at", "ended_at", "updated_at")
+
+
+def reservation_dict(value: Any) -> dict[str, Any] | None:
+    """A reservation as the queue entry and the job detail show it: id, job_id, state, worker_uid,
+    generation, last_error, provision_attempts and its times (datetimes, or None)."""
+    data = _decode(value)
+    if not data:
+        return None
+    for key in RESERVATION_TIMES:
+        if isinstance(data.get(key), str):
+            data[key] = datetime.fromisoformat(data[key])
+    for key in ("id", "job_id"):
+        if isinstance(data.get(key), str):
+            data[key] = UUID(data[key])
+    return data
+
+
+def job_reservations(job_id, limit: int = 10) -> list[dict[str, Any]]:
+    """The job's reservations, newest first."""
+    return [
+        reservation_dict(dict(row))
+        for row in _rows("job_reservations", {"job_id": str(job_id), "limit": limit})
+    ]
 
 
 def queue_list(
@@ -98,6 +125,7 @@ def queue_list(
     for row in rows:
         if row["waiting_seconds"] is not None:
             row["waiting_seconds"] = float(row["waiting_seconds"])
+        row["reservation"] = reservation_dict(row["reservation"])
         entries.append(QueueEntry(**{k: v for k, v in row.items() if k in names}))
     return entries
 
@@ -159,7 +187,14 @@ def metrics_scalars(stuck_after_seconds: float) -> dict[str, Any]:
     return _rows("metrics_scalars", {"stuck_after": stuck_after_seconds})[0]
 
 
-REASSIGNMENT_CAUSES = ("drained", "evacuated", "lost_in_dispatch", "lost_after_delay", "manual")
+REASSIGNMENT_CAUSES = (
+    "drained",
+    "evacuated",
+    "lost_in_dispatch",
+    "lost_after_delay",
+    "lost_reserved",
+    "manual",
+)
 
 
 def reassignments() -> dict[str, int]:
@@ -249,13 +284,19 @@ def _usernames(user_ids: set) -> dict[int, str]:
 
 
 def job_list(
-    *, limit: int | None, offset: int = 0, with_category: bool = False, **filters: Any
+    *,
+    limit: int | None,
+    offset: int = 0,
+    with_category: bool = False,
+    after: tuple[Any, Any] | None = None,
+    **filters: Any,
 ) -> list[JobRow]:
-    """Jobs newest first (job_list in queries.sql: the filters and the two category filters)."""
-    rows = _rows(
-        "job_list",
-        {**_job_filters(**filters), "with_category": with_category, "limit": limit, "offset": offset},
-    )
+    """Jobs newest first (job_list in queries.sql: the filters and the two category filters);
+    `after` = (created_at, id) of the last job of the previous page (keyset paging)."""
+    after_at, after_id = after if after is not None else (None, None)
+    params = {"with_category": with_category, "limit": limit, "offset": offset}
+    params.update(after_created_at=after_at, after_id=None if after_id is None else str(after_id))
+    rows = _rows("job_list", {**_job_filters(**filters), **params})
     names = _usernames({row["created_by_id"] for row in rows if row["created_by_id"] is not None})
     return [JobRow(**row, created_by=names.get(row["created_by_id"])) for row in rows]
 

@@ -226,11 +226,13 @@ def redispatch(job_id, why: str = "redispatched by an operator") -> int:
 
 
 def reserve_job(job_id) -> uuid.UUID:
+    """Dedicate a pending job (idempotent); 409 when it runs, ended, is targeted or split."""
     return _control("reserve_job", {"job_id": job_id})[0]["reservation_id"]
 
 
-def bind_reservation(reservation_id, worker_uid: str) -> None:
-    _control("bind_reservation", {"reservation_id": reservation_id, "worker_uid": worker_uid})
+def unreserve_job(job_id) -> uuid.UUID:
+    """Return a dedicated job nobody has bound to shared execution; its reservation ends released."""
+    return _control("unreserve_job", {"job_id": job_id})[0]["reservation_id"]
 
 
 def target_refusal(worker_uid: str, *, stale_seconds: float) -> str | None:
@@ -289,6 +291,12 @@ def evacuate_worker(uid: str) -> int:
     Returns how many jobs moved; JobNotFound for an unknown uid, ActionNotAllowed for an offline
     worker with nothing to move."""
     return _control("evacuate_worker", {"uid": uid})[0]["moved"]
+
+
+def undrain_worker(uid: str) -> str:
+    """Return a drained (or evacuated) worker to service; JobNotFound for an unknown uid,
+    ActionNotAllowed for an offline worker."""
+    return _control("undrain_worker", {"uid": uid})[0]["lifecycle"]
 
 
 def mark_stale_workers(stale_seconds: float) -> list[str]:
@@ -560,6 +568,87 @@ def release_jobs(lost_seconds: float, reassign_after: float, batch: int = 50) ->
     work only after `reassign_after`)."""
     params = {"lost_seconds": lost_seconds, "reassign_after": reassign_after, "batch": batch}
     return [_record(Release, row) for row in _call("release_jobs", params)]
+
+
+# ---- Reservations: the worker's and the provisioner's side ---------------------------------------
+
+
+def bind_reservation(reservation_id, worker_uid: str, session_id, *, stale_seconds: float) -> int:
+    """Bind the reservation to this worker session; its generation. JobNotFound: unknown;
+    ActionNotAllowed: bound to a live worker, no longer requested, or its job ended."""
+    params = {
+        "reservation_id": reservation_id,
+        "worker_uid": worker_uid,
+        "session_id": session_id,
+        "stale_seconds": stale_seconds,
+    }
+    return _control("bind_reservation", params)[0]["generation"]
+
+
+def finish_reservation(reservation_id, worker_uid: str, session_id) -> str:
+    """'running' (the job has work left), 'released' (done: drain), or 'lost: <why>'."""
+    params = {"reservation_id": reservation_id, "worker_uid": worker_uid, "session_id": session_id}
+    return _call("finish_reservation", params)[0]["answer"]
+
+
+@dataclass(frozen=True)
+class ReservationChange:
+    """What the maintenance sweep did to one reservation."""
+
+    reservation_id: uuid.UUID
+    job_id: uuid.UUID | None
+    outcome: str  # requested (its worker was lost) | released | failed (timed out)
+    detail: str
+
+
+def sweep_reservations(
+    lost_seconds: float, timeout_seconds: float, batch: int = 50
+) -> list[ReservationChange]:
+    params = {"lost_seconds": lost_seconds, "timeout_seconds": timeout_seconds, "batch": batch}
+    return [_record(ReservationChange, row) for row in _call("sweep_reservations", params)]
+
+
+@dataclass(frozen=True)
+class ProvisionRequest:
+    """A requested reservation the provisioner loop took, with its job's facts."""
+
+    reservation_id: uuid.UUID
+    attempt: int
+    generation: int
+    requested_at: datetime
+    job_id: uuid.UUID
+    job_type: str
+    params: dict[str, Any]
+    priority: int
+    hardware: str
+    resource_category: str | None
+    vram_mb: int | None
+    required_category: str | None
+    required_vram_mb: int
+
+
+def take_provisioning(batch: int, hold_seconds: float) -> list[ProvisionRequest]:
+    rows = _call("take_provisioning", {"batch": batch, "hold_seconds": hold_seconds})
+    # Django's connection hands jsonb over as text.
+    return [
+        _record(
+            ProvisionRequest,
+            row,
+            params=json.loads(row["params"]) if isinstance(row["params"], str) else row["params"],
+        )
+        for row in rows
+    ]
+
+
+def record_provisioning(reservation_id, attempt: int, error: str | None, retry_seconds: float) -> bool:
+    """Record one provisioner run (error None: it succeeded); False when the reservation moved on."""
+    params = {
+        "reservation_id": reservation_id,
+        "attempt": attempt,
+        "error": error,
+        "retry_seconds": retry_seconds,
+    }
+    return bool(_call("record_provisioning", params)[0]["recorded"])
 
 
 def purge_history(days: int, batch: int = 500) -> int:

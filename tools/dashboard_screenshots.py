@@ -81,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def pages() -> list[tuple[str, str]]:
-    from scheduler.models import JobOutput, QueueWorker
+    from scheduler.models import Job, JobOutput, QueueWorker
 
     found = [
-        ("overview", "/dashboard/?hours=1"),
+        ("overview", "/dashboard/"),
         ("queue", "/dashboard/queue"),
         ("jobs", "/dashboard/jobs"),
         ("job-new", "/dashboard/jobs/new?type=transcode"),
@@ -100,6 +100,9 @@ def pages() -> list[tuple[str, str]]:
     )
     if video:
         found.append(("job", f"/dashboard/jobs/{video}"))
+    failed = Job.objects.filter(status="failed").order_by("-created_at").values_list("id", flat=True).first()
+    if failed:
+        found.append(("job-failed", f"/dashboard/jobs/{failed}"))
     worker = QueueWorker.objects.order_by("uid").values_list("uid", flat=True).first()
     if worker:
         found.append(("worker", f"/dashboard/workers/{worker}"))

@@ -36,6 +36,7 @@ class Timing:
     sample_interval: float
     retention_days: int
     notify: bool
+    reservation_timeout: float = 600.0  # an unbound reservation fails back to shared execution
 
     @classmethod
     def from_settings(cls, conf: dict[str, Any]) -> Timing:
@@ -50,6 +51,7 @@ class Timing:
             sample_interval=float(conf["SAMPLE_INTERVAL_SECONDS"]),
             retention_days=int(conf["RETENTION_DAYS"]),
             notify=bool(conf["NOTIFY"]),
+            reservation_timeout=float(conf.get("RESERVATION_TIMEOUT_SECONDS", 600)),
         )
 
     def validate(self) -> None:

@@ -11,6 +11,8 @@ pass in the last half interval (`take_recovery_round`, which also records when t
 - `release_jobs(LEASE_SECONDS, REASSIGN_AFTER_SECONDS)`: jobs pinned to a draining worker, or to a
   lost one (silent for a lease) that holds nothing of value for them, move on at once; jobs with
   local work on a lost worker move once it has been silent for REASSIGN_AFTER_SECONDS;
+- `sweep_reservations` (workers/reservation.py): dedicated reservations whose worker was lost go back
+  to requested, unbound ones older than RESERVATION_TIMEOUT_SECONDS fail back to shared execution;
 Stale marking and reassignment are skipped while this worker's own heartbeat is not fresh (it was
 stopped or cut off): then it is the stale one, and its view of the others is not to be trusted.
 Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), hourly
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from scheduler import repository
-from workers import workspaces
+from workers import reservation, workspaces
 from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection, use_keeper_connection
 
 log = logging.getLogger("jetencode.worker")
@@ -149,6 +151,7 @@ class Maintenance(threading.Thread):
                 moved.execution_id,
                 extra={**self.worker.log_extra, "job_id": str(moved.job_id), "cause": moved.cause},
             )
+        reservation.sweep(self.worker)
 
     def _own_heartbeat_fresh(self) -> bool:
         last = self.heartbeat_ok()

@@ -28,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from workers.db import (
 )
 from workers.heartbeat import Heartbeat
 from workers.maintenance import Maintenance
+from workers.reservation import EXIT_REFUSED, DedicatedRun
 from workers.session import LEASE_EXPIRING, SHUTDOWN, TIMEOUT, Session
 from workers.slots import Claimer, Slots, StageRunner
 from workers.stages.base import HANDLERS
@@ -130,6 +132,7 @@ class Worker:
         *,
         hostname: str | None = None,
         stderr: Callable[[str], None] | None = None,
+        reservation_id: uuid.UUID | None = None,
     ):
         self.options = options
         self.session = Session(options.uid, timing, capabilities, options.workspace)
@@ -147,6 +150,8 @@ class Worker:
         self.outcome = StageRunner(self.session, self.slots, self.heartbeat.stop_renewing)
         self.listener: Listener | None = None
         self.claimer = Claimer(self.session, self.slots, self.outcome, self._listening)
+        # `runworker --reservation`: this session runs one dedicated job (workers/reservation.py).
+        self.dedicated = DedicatedRun(reservation_id, self.session) if reservation_id else None
 
     # What the handler context and the tests read of the session.
     uid = property(lambda self: self.session.uid)
@@ -174,6 +179,10 @@ class Worker:
         try:
             if not self._register():  # a signal came before the database answered: nothing to drain
                 return 128 + self._abort_signal if self._abort_signal else EXIT_OK
+            refusal = self.dedicated.bind() if self.dedicated else None
+            if refusal:
+                self._stderr(f"cannot run reservation {self.dedicated.reservation_id}: {refusal}")
+                return self._finish(EXIT_REFUSED)
             self.phase = "running"
             self.heartbeat.start()
             self.maintenance.start()
@@ -186,6 +195,8 @@ class Worker:
                 )
                 self.listener.start()
             self.claimer.start()
+            if self.dedicated:
+                self.dedicated.watch(self.request_drain)
             log.info(
                 "worker %s ready: session %s, %d media slot(s) + %d background",
                 self.uid,

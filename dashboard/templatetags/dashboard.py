@@ -186,7 +186,7 @@ def get(mapping, key):
 # once, with a placeholder id, and a row's URL is that one with the row's id in its place. The cache
 # is keyed by what reverse() depends on: the URLconf and the script prefix.
 PLACEHOLDER_JOB_ID = UUID(int=0)
-JOB_ACTIONS = ("retry", "run-next", "move", "priority", "pause", "resume", "cancel")
+JOB_ACTIONS = ("retry", "run-next", "move", "priority", "pause", "resume", "cancel", "dedicate", "share")
 
 
 def _url_parts(urlconf: str, name: str, args: tuple) -> tuple[str, str]:
@@ -260,6 +260,33 @@ PRIORITY = (
 RESUME = '<button class="btn" data-act="resume">Resume</button>'
 PAUSE = '<button class="btn" data-act="pause">Pause</button>'
 CANCEL = '<button class="btn danger" data-act="cancel">Cancel</button>'
+DEDICATE = (
+    '<button class="btn" data-act="dedicate" title="Reserve a worker of its own for this job: no shared worker'
+    ' takes it; the provisioner starts one">Run on a dedicated worker</button>'
+)
+SHARE = (
+    '<button class="btn" data-act="share" title="Return it to shared execution (no worker has bound its'
+    ' reservation yet)">Share again</button>'
+)
+DEDICATE_CONFIRM = (
+    ' data-confirm="Run this job on a dedicated worker? No shared worker takes it; a provisioner must start'
+    ' one (it falls back to shared workers if none binds in time)."'
+)
+
+
+def _dedication_form(entry, form) -> str | None:
+    """Run on a dedicated worker (a pending job no worker holds), or share a dedicated one again
+    while no worker has bound its reservation; the SQL refuses what does not apply (409)."""
+    reservation = entry.reservation
+    if reservation:
+        return form("share", SHARE) if reservation.get("state") == "requested" else None
+    if (
+        entry.state in ("pending", "paused", "retry_wait")
+        and not entry.assigned_worker_uid
+        and not entry.required_worker_uid
+    ):
+        return form("dedicate", DEDICATE, DEDICATE_CONFIRM)
+    return None
 
 
 @register.simple_tag(takes_context=True)
@@ -290,6 +317,9 @@ def job_controls(context, entry) -> str:
             form("resume", RESUME) if entry.paused else form("pause", PAUSE),
             form("cancel", CANCEL, ' data-confirm="Cancel this job?"'),
         ]
+        dedication = _dedication_form(entry, form)
+        if dedication:
+            forms.append(dedication)
     return mark_safe('<div class="controls" data-controls>\n' + "".join(f"  {f}\n" for f in forms) + "</div>")
 
 

@@ -87,6 +87,19 @@ def _redispatch(job_id, request):
     return f"Redispatched {_label(job_id)}: execution {execution} starts on any worker"
 
 
+def _dedicate(job_id, request):
+    reservation = repository.reserve_job(job_id)
+    return (
+        f"{_label(job_id)} waits for a dedicated worker (reservation {str(reservation)[:8]}…): "
+        "no shared worker will take it"
+    )
+
+
+def _share(job_id, request):
+    repository.unreserve_job(job_id)
+    return f"{_label(job_id)} runs on shared workers again"
+
+
 JOB_ACTIONS = {
     "cancel": _cancel,
     "pause": _pause,
@@ -96,6 +109,8 @@ JOB_ACTIONS = {
     "move": _move,
     "priority": _priority,
     "redispatch": _redispatch,
+    "dedicate": _dedicate,
+    "share": _share,
 }
 
 
@@ -153,4 +168,22 @@ def worker_evacuate(request, uid):
         f"Worker {uid} evacuated: {moved} job(s) moved to other workers; it claims nothing new",
         fallback=fallback,
         extra={"jobs_moved": moved},
+    )
+
+
+@operator_required
+def worker_undrain(request, uid):
+    """Return a drained or evacuated worker to service (the API's POST /v2/workers/{uid}/undrain)."""
+    fallback = reverse("dashboard:worker", args=[uid])
+    try:
+        lifecycle = repository.undrain_worker(uid)
+    except repository.JobNotFound:
+        return answer(request, f"Worker {uid} not found", status=404, fallback=fallback)
+    except repository.ActionNotAllowed as exc:
+        return answer(request, str(exc), status=409, fallback=fallback)
+    return answer(
+        request,
+        f"Worker {uid} is {lifecycle}: it claims work again",
+        fallback=fallback,
+        extra={"lifecycle": lifecycle},
     )

@@ -12,7 +12,9 @@ from django.utils import timezone
 
 from dashboard.files import serve_output
 from dashboard.forms import FormError, JobForm
+from dashboard.job_inputs import job_inputs, output_counts
 from dashboard.quality_chart import bitrate_vmaf_chart
+from dashboard.views import disclosure
 from dashboard.views.common import cheap_page_of, is_partial, operator_required, page, viewer_required
 from media.jobtypes import JOB_TYPES
 from media.models import MediaAsset
@@ -75,8 +77,11 @@ def jobs(request):
         PAGE_SIZE,
     )
     live = any(job.status not in TERMINAL_STATUSES for job in result.items)
+    ids = [job.id for job in result.items]
     context = {
         "page_obj": result,
+        "inputs": job_inputs(ids),
+        "output_counts": output_counts(ids),
         "filters": filters,
         "filtered": any(filters.values()),
         "live": live,
@@ -139,10 +144,13 @@ def job_context(job: Job) -> dict:
         "job": job,
         "schedule": schedule,
         "entry": entry,
+        "reservation": next(iter(queries.job_reservations(job.id, limit=1)), None),
         "timeline": _timeline(job, tasks[:TIMELINE_TASKS]),
         "more_tasks": len(tasks) > TIMELINE_TASKS,
         "log_lines": log_lines,
         "stage_logs": stage_logs,
+        # A stage that failed says so at the end of the stage logs (it may have written nothing).
+        "stage_failures": [t for t in tasks[:TIMELINE_TASKS] if t.state == "failed" and t.last_failure],
         "outputs": outputs,
         "media_outputs": [o for o in outputs if o.display != "file"],
         "file_outputs": [o for o in outputs if o.display == "file"],
@@ -178,7 +186,7 @@ def quality_context(job: Job) -> dict:
 @viewer_required
 def job_detail(request, job_id):
     job = get_object_or_404(Job.objects.select_related("created_by"), pk=job_id)
-    context = job_context(job)
+    context = disclosure.job_context(request.user, job_context(job))
     if is_partial(request):
         return page(request, "dashboard/partials/job_live.html", context)
     return page(request, "dashboard/job.html", context)
@@ -190,8 +198,32 @@ def job_output(request, job_id, name):
     return serve_output(request, job_id, name)
 
 
+DEFAULT_TYPE = "transcode"  # what an operator most often creates (noop is the scheduler's test job)
+MAX_PICKER_ASSETS = 200
+
+
 def _asset_choices():
-    return list(MediaAsset.objects.order_by("-created_at").values("id", "title", "path")[:200])
+    """The library as the input picker shows it: newest first, with thumbnail and duration."""
+    return list(
+        MediaAsset.objects.order_by("-created_at").values(
+            "id", "title", "path", "thumbnail", "duration_seconds", "width", "height", "valid"
+        )[:MAX_PICKER_ASSETS]
+    )
+
+
+def _form_for(request) -> JobForm:
+    """?from=<job id>: that job's type, params and options (Re-run); else ?type= (default transcode)."""
+    try:
+        source = Job.objects.filter(pk=uuid.UUID(request.GET.get("from", ""))).first()
+    except ValueError:
+        source = None
+    if source is not None and source.type in JOB_TYPES:
+        form = JobForm.for_type(source.type)
+        form.prefill(source)
+        form.rerun_of = source.id
+        return form
+    job_type = request.GET.get("type") or DEFAULT_TYPE
+    return JobForm.for_type(job_type if job_type in JOB_TYPES else DEFAULT_TYPE)
 
 
 def _new_context(form: JobForm) -> dict:
@@ -206,18 +238,17 @@ def _new_context(form: JobForm) -> dict:
 
 @viewer_required
 def job_new(request):
-    """GET: the form for ?type= (default noop). POST (operators only): create the job and open it."""
+    """GET: the form for ?type= (default transcode) or ?from= (a re-run). POST (operators only):
+    create the job and open it."""
     if request.method == "POST":
         return _create(request)
-    job_type = request.GET.get("type") or "noop"
-    form = JobForm.for_type(job_type if job_type in JOB_TYPES else "noop")
-    return page(request, "dashboard/job_new.html", _new_context(form))
+    return page(request, "dashboard/job_new.html", _new_context(_form_for(request)))
 
 
 @operator_required
 def _create(request):
     job_type = request.POST.get("type", "")
-    form = JobForm.for_type(job_type if job_type in JOB_TYPES else "noop")
+    form = JobForm.for_type(job_type if job_type in JOB_TYPES else DEFAULT_TYPE)
     if job_type not in JOB_TYPES:
         form.add_errors([{"field": "type", "message": f"unknown job type {job_type!r}"}])
         return page(request, "dashboard/job_new.html", _new_context(form), status=422)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from dashboard.charts import RESOLUTION, overview_charts
+from dashboard.charts import FIT_MAX_MINUTES, RESOLUTION, fitted_minutes, overview_charts, window_label
 from dashboard.views.common import is_partial, page, viewer_required
 from scheduler import queries, repository
 from scheduler.constants import JOB_STATUSES
@@ -21,14 +21,24 @@ def samples_for(hours: int) -> list[dict]:
     return rows
 
 
+def chosen_hours(request) -> int | None:
+    """?hours= when it names one of the windows, else None: the fitted default."""
+    try:
+        hours = int(request.GET.get("hours", ""))
+    except ValueError:
+        return None
+    return hours if hours in RESOLUTION else None
+
+
 @viewer_required
 def overview(request):
-    try:
-        hours = int(request.GET.get("hours", "6"))
-    except ValueError:
-        hours = 6
-    if hours not in RESOLUTION:
-        hours = 6
+    hours = chosen_hours(request)
+    if hours is None:
+        rows = samples_for(FIT_MAX_MINUTES // 60)
+        minutes = fitted_minutes(rows[0]["at"] if rows else None, timezone.now())
+    else:
+        minutes = hours * 60
+        rows = samples_for(hours)
     stats = queries.stats()
     workers = queries.workers_overview()
     lifecycles = {"active": 0, "draining": 0, "offline": 0}
@@ -37,6 +47,7 @@ def overview(request):
     by_status = stats["by_status"]
     context = {
         "hours": hours,
+        "window_label": window_label(minutes),
         "windows": sorted(RESOLUTION),
         "counts": [(status, by_status.get(status, 0)) for status in JOB_STATUSES],
         "total_jobs": sum(by_status.values()),
@@ -48,7 +59,7 @@ def overview(request):
         if stats["vram_total_mb"]
         else 0,
         "jobs_by_type": sorted(stats["jobs_by_type"].items(), key=lambda item: -item[1]),
-        "charts": overview_charts(samples_for(hours), hours, timezone.now()),
+        "charts": overview_charts(rows, minutes, timezone.now()),
     }
     if is_partial(request):
         return page(request, "dashboard/partials/overview_live.html", context)

@@ -16,6 +16,20 @@ SELECT
   CASE
     WHEN j.status NOT IN ('pending', 'retry_wait', 'paused') THEN NULL
     WHEN s.paused THEN 'paused by an operator'
+    -- A dedicated job runs only on the worker bound to its reservation (55_reservations.sql).
+    WHEN s.execution_mode = 'dedicated' AND NOT EXISTS (
+           SELECT 1 FROM queue_reservations r JOIN queue_workers w ON w.uid = r.worker_uid
+            WHERE r.id = s.reservation_id AND r.state = 'bound' AND w.reservation_id = r.id
+              AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
+      THEN coalesce((
+        SELECT CASE WHEN r.state = 'bound'
+                 THEN 'waiting for dedicated worker ' || r.worker_uid || ', which is not sending heartbeats (reservation '
+                      || left(r.id::text, 8) || '…, generation ' || r.generation || ')'
+                 ELSE 'waiting for a dedicated worker (reservation ' || left(r.id::text, 8) || '…, requested '
+                      || format_seconds_v2(extract(epoch FROM now() - r.requested_at)) || ' ago'
+                      || CASE WHEN r.last_error <> '' THEN '; ' || r.last_error ELSE '' END || ')'
+               END
+          FROM queue_reservations r WHERE r.id = s.reservation_id), 'waiting for a dedicated worker')
     -- Pinned to a worker that is draining or silent: what the failover rules will do (release_jobs_v2);
     -- this matters more than a retry backoff, which ends sooner and would not let the job run anyway.
     WHEN s.assigned_worker_uid IS NOT NULL AND s.required_worker_uid IS NULL AND NOT EXISTS (
@@ -40,10 +54,6 @@ SELECT
     WHEN rt.state = 'retry_wait' AND rt.available_at > now()
       THEN 'retry backoff after attempt ' || rt.attempt || ' until ' || to_char(rt.available_at AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC'
     WHEN rt.state = 'blocked' THEN 'waiting for sibling stages to complete'
-    WHEN s.execution_mode = 'dedicated' AND NOT EXISTS (
-           SELECT 1 FROM queue_workers w WHERE w.reservation_id = s.reservation_id AND w.lifecycle = 'active'
-             AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
-      THEN 'waiting for its reserved worker'
     WHEN coalesce(s.assigned_worker_uid, s.required_worker_uid) IS NOT NULL AND NOT EXISTS (
            SELECT 1 FROM queue_workers w WHERE w.uid = coalesce(s.assigned_worker_uid, s.required_worker_uid)
              AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
@@ -76,7 +86,11 @@ SELECT
       THEN 'waiting for a free ' || rt.resource_category || ' slot on ' || coalesce(s.assigned_worker_uid, s.required_worker_uid)
     ELSE 'waiting for a free ' || rt.resource_category || ' slot'
   END AS waiting_reason,
-  j.progress, j.created_at, s.cancel_requested_at IS NOT NULL AS cancel_requested, rt.resource_category, rt.vram_mb
+  j.progress, j.created_at, s.cancel_requested_at IS NOT NULL AS cancel_requested, rt.resource_category, rt.vram_mb,
+  (SELECT row_to_json(r)::text FROM (
+     SELECT x.id, x.job_id, x.state, x.worker_uid, x.generation, x.last_error, x.provision_attempts,
+            x.created_at, x.requested_at, x.bound_at, x.ended_at, x.updated_at
+       FROM queue_reservations x WHERE x.id = s.reservation_id) r) AS reservation
 FROM job_schedule s
 JOIN jobs j ON j.id = s.job_id
 LEFT JOIN LATERAL (
@@ -308,6 +322,9 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') = %(category)s)
+  -- Keyset paging: after the last job of the previous page, in this order.
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (j.created_at, j.id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -384,6 +401,14 @@ SELECT uid FROM queue_workers
 WHERE NOT %(live)s
    OR (lifecycle = 'active' AND last_heartbeat_at >= now() - make_interval(secs => %(stale)s))
 ORDER BY uid
+LIMIT %(limit)s;
+
+-- name: job_reservations
+-- A job's reservations, newest first (the job detail shows the latest).
+SELECT x.id, x.job_id, x.state, x.worker_uid, x.generation, x.last_error, x.provision_attempts,
+       x.created_at, x.requested_at, x.bound_at, x.ended_at, x.updated_at
+FROM queue_reservations x WHERE x.job_id = %(job_id)s
+ORDER BY x.created_at DESC, x.id
 LIMIT %(limit)s;
 
 -- name: worker_of_process

@@ -41,13 +41,35 @@ SELECT retry_job_v2(%(job_id)s) AS status
 -- Start a new execution of a job on any worker, counted as a manual reassignment.
 SELECT redispatch_job_v2(%(job_id)s, 'manual', %(why)s) AS execution_id
 
+-- ---- Reservations (dedicated execution) -------------------------------------------------------
+
 -- name: reserve_job
--- Reserve an undispatched job for dedicated execution.
+-- Reserve a pending job for dedicated execution (idempotent: a dedicated job answers its reservation).
 SELECT reserve_job_v1(%(job_id)s) AS reservation_id
 
+-- name: unreserve_job
+-- Return a dedicated job whose reservation nobody has bound to shared execution.
+SELECT unreserve_job_v1(%(job_id)s) AS reservation_id
+
 -- name: bind_reservation
--- Bind a reservation to the worker that will run it.
-SELECT bind_reservation_v1(%(reservation_id)s, %(worker_uid)s)
+-- Bind a reservation to a worker session (taking it over from a worker that no longer holds it).
+SELECT bind_reservation_v2(%(reservation_id)s, %(worker_uid)s, %(session_id)s, %(stale_seconds)s) AS generation
+
+-- name: finish_reservation
+-- The bound worker asks whether its job is done: running, released, or lost: <why>.
+SELECT finish_reservation_v1(%(reservation_id)s, %(worker_uid)s, %(session_id)s) AS answer
+
+-- name: sweep_reservations
+-- Maintenance: lost bound workers, timed-out requests, requests whose job ended.
+SELECT * FROM sweep_reservations_v1(%(lost_seconds)s, %(timeout_seconds)s, %(batch)s)
+
+-- name: take_provisioning
+-- The provisioner loop takes the requested reservations that are due, with their jobs' facts.
+SELECT * FROM take_provisioning_v1(%(batch)s, %(hold_seconds)s)
+
+-- name: record_provisioning
+-- What one provisioner run did, and when the next is due.
+SELECT record_provisioning_v1(%(reservation_id)s, %(attempt)s, %(error)s, %(retry_seconds)s) AS recorded
 
 -- name: target_refusal
 -- Why a worker may not be named as a job's required worker right now (NULL when it may).
@@ -79,6 +101,10 @@ SELECT drain_worker_v2(%(uid)s) AS lifecycle
 -- name: evacuate_worker
 -- An operator evacuates a worker: every job pinned to it moves now, running stages included.
 SELECT evacuate_worker_v2(%(uid)s) AS moved
+
+-- name: undrain_worker
+-- An operator returns a drained worker to service: it claims again.
+SELECT undrain_worker_v1(%(uid)s) AS lifecycle
 
 -- name: mark_stale_workers
 -- Report workers silent for longer than stale_seconds as offline.

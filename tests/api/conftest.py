@@ -12,6 +12,7 @@ dave (no group) has no client of his own: the tests that need him issue his toke
 import pytest
 from django.test import Client
 
+from media.storage import LocalStorage
 from scheduler import repository
 from tests.kit.db import claim, lease_of
 from tests.kit.web import Api, issue_token
@@ -66,3 +67,41 @@ def completed_job(enqueue, worker):
     job_id = enqueue()
     assert repository.finish(lease_of(claim(worker), worker), result={"ok": True}).outcome == "completed"
     return job_id
+
+
+# ---- published outputs (tests/api/test_outputs.py, test_playing.py) ----------------------------
+
+MASTER = "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=800000\n360p/index.m3u8\n"
+MEDIA = "#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\nseg_000.ts\n#EXT-X-ENDLIST\n"
+SEGMENT = bytes(range(256)) * 40  # 10,240 bytes
+
+
+def publish(enqueue, worker, files, url_of):
+    """A completed job whose only stage published `files` ({name: bytes}); url_of(job, name) → storage_url."""
+    job_id = enqueue()
+    outputs = [
+        repository.Output(name, size_bytes=len(data), storage_url=url_of(job_id, name, data))
+        for name, data in files.items()
+    ]
+    assert repository.finish(lease_of(claim(worker), worker), outputs=outputs).outcome == "completed"
+    return job_id
+
+
+@pytest.fixture
+def local_job(settings, tmp_path, enqueue, worker):
+    settings.OUTPUT_ROOT_DIR = tmp_path / "outputs"
+    storage = LocalStorage()
+
+    def url_of(job_id, name, data):
+        path = storage.path(str(job_id), name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return path.as_uri()
+
+    files = {
+        "hls/master.m3u8": MASTER.encode(),
+        "hls/360p/index.m3u8": MEDIA.encode(),
+        "hls/360p/seg_000.ts": SEGMENT,
+        "report.json": b'{"ok": true}',
+    }
+    return publish(enqueue, worker, files, url_of)

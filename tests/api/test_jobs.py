@@ -121,6 +121,39 @@ def test_invalid_input_is_a_422_naming_each_field(operator_api, body, fields):
     assert sorted(fields_of(operator_api.post("/v2/jobs", body))) == sorted(fields)
 
 
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"seed": False}, "seed"),  # was stored as 0
+        ({"seed": True}, "seed"),
+        ({"seed": "1"}, "seed"),
+        ({"fps": "30"}, "fps"),
+        ({"crf": 23.5}, "crf"),
+    ],
+)
+def test_params_integers_refuse_booleans_and_strings(operator_api, params, field):
+    response = operator_api.post("/v2/jobs", {"type": "compile_random", "params": params})
+    assert fields_of(response) == [f"params.{field}"]
+    assert "must be an integer" in response.json()["errors"][0]["message"] or field == "crf"
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"children": True}, "children"),
+        ({"seconds": "0.5"}, "seconds"),
+        ({"fail_attempts": "0"}, "fail_attempts"),
+    ],
+)
+def test_noop_numbers_are_numbers(operator_api, params, field):
+    assert fields_of(operator_api.post("/v2/jobs", {"type": "noop", "params": params})) == [f"params.{field}"]
+
+
+def test_whole_floats_are_still_integers_as_json_schema_says(operator_api):
+    response = operator_api.post("/v2/jobs", {"type": "compile_random", "params": {"seed": 7.0}})
+    assert response.status_code == 201 and response.json()["params"]["seed"] == 7
+
+
 def test_a_lone_surrogate_or_nan_in_params_is_refused_not_a_500(operator_api):
     assert fields_of(operator_api.post("/v2/jobs", raw='{"type": "noop", "params": {"x": "\\ud800"}}')) == [
         "params"
@@ -208,7 +241,13 @@ def test_it_lists_jobs_newest_first_with_pagination(operator_api, enqueue):
     for n, job_id in enumerate(ids):
         Job.objects.filter(pk=job_id).update(created_at=start + timedelta(seconds=n))
     page1 = operator_api.get("/v2/jobs", {"limit": 2}).json()
-    assert page1["pagination"] == {"page": 1, "limit": 2, "total": 5, "total_pages": 3}
+    assert {k: v for k, v in page1["pagination"].items() if k != "next_cursor"} == {
+        "page": 1,
+        "limit": 2,
+        "total": 5,
+        "total_pages": 3,
+    }
+    assert page1["pagination"]["next_cursor"]  # a full page: the cursor continues after it
     assert [j["id"] for j in page1["data"]] == ids[::-1][:2]
     page3 = operator_api.get("/v2/jobs", {"limit": 2, "page": 3}).json()
     assert [j["id"] for j in page3["data"]] == [ids[0]]
@@ -218,7 +257,7 @@ def test_it_lists_jobs_newest_first_with_pagination(operator_api, enqueue):
 def test_an_empty_list_has_zero_pages(operator_api):
     assert operator_api.get("/v2/jobs").json() == {
         "data": [],
-        "pagination": {"page": 1, "limit": 20, "total": 0, "total_pages": 0},
+        "pagination": {"page": 1, "limit": 20, "total": 0, "total_pages": 0, "next_cursor": None},
     }
 
 
@@ -243,6 +282,9 @@ def test_it_filters_jobs(operator_api, enqueue, failed_job, worker):
         ({"limit": 0}, "limit"),
         ({"page": 0}, "page"),
         ({"page": 10**30}, "page"),
+        ({"page": 502}, "page"),  # the deepest page the schema declares is 501
+        ({"page": "true"}, "page"),
+        ({"limit": "1.5"}, "limit"),
         ({"status": "done"}, "status"),
         ({"resource_category": "tpu"}, "resource_category"),
         ({"type": "x" * 65}, "type"),

@@ -33,6 +33,7 @@ ENTRY_KEYS = {
     "cancel_requested",
     "resource_category",
     "vram_mb",
+    "reservation",
 }
 
 

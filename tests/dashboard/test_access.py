@@ -122,6 +122,8 @@ ACTIONS = [
     ("move", {"direction": "up"}),
     ("priority", {"priority": "5"}),
     ("redispatch", {}),
+    ("dedicate", {}),
+    ("share", {}),
 ]
 
 

@@ -115,7 +115,11 @@ def test_log_in_create_a_noop_job_and_watch_it_complete(page, bob, worker):
     page.click("text=Jobs")
     page.click("text=New job")
     page.wait_for_url(re.compile(r"/dashboard/jobs/new"))
-    assert page.input_value("#job-type") == "noop"
+    assert (
+        page.input_value("#job-type") == "transcode"
+    )  # the default; the scheduler's test job is one choice away
+    page.select_option("#job-type", "noop")
+    page.wait_for_url(re.compile(r"/dashboard/jobs/new\?type=noop$"))
     page.fill('input[name="p.seconds"]', "1.5")
     page.fill('input[name="priority"]', "3")
     shot(page, "job-new")
@@ -383,7 +387,7 @@ def test_the_demo_clips_enter_the_library_with_thumbnails_and_distinct_titles(
 ):
     from dashboard.views.library import _params
     from media import submission
-    from media.demo import seed_demo_clips
+    from media.demo import DEMO_CLIPS, seed_demo_clips
     from media.management.commands.seed_demo import library_assets, thumbnail_job
     from media.models import MediaAsset
 
@@ -391,6 +395,7 @@ def test_the_demo_clips_enter_the_library_with_thumbnails_and_distinct_titles(
     settings.OUTPUT_ROOT_DIR = Path(worker_env["JETENCODE_OUTPUT_ROOT"])
     seed_demo_clips()
     assets = library_assets()
+    assert sorted(a.path for a in assets) == sorted(DEMO_CLIPS)  # all six, inbox and public too
     for asset in assets:
         # What seed_demo queues is what the library's "Generate thumbnail" action creates.
         assert thumbnail_job(asset) == {

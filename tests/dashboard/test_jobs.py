@@ -329,3 +329,98 @@ def test_the_output_view_needs_login(client, enqueue):
     response = client.get(reverse("dashboard:job_output", args=[job, "clip.mp4"]))
     assert response.status_code == 302
     assert response["Location"].startswith("/accounts/login/")
+
+
+# --- issue 35: what a newcomer meets ----------------------------------------------------------------
+
+
+def test_the_jobs_table_says_what_each_job_works_on_and_offers_re_run_and_outputs(
+    operator_client, enqueue, make_worker_row
+):
+    from media.models import MediaAsset
+
+    asset = MediaAsset.objects.create(path="videos/a.mp4", title="A clip", directory="videos")
+    worker = make_worker_row()
+    finished = enqueue("noop")
+    run_to_completion(worker)
+    by_path = enqueue("transcode", {"input": "videos/b.mp4"})
+    by_asset = enqueue("thumbnail_generate", {"video_id": str(asset.id)})
+    scan = enqueue("scan", {"directory": "videos"})
+    JobOutput.objects.create(job_id=finished, execution_id=1, task_id=1, name="x.txt", size_bytes=1)
+    html = operator_client.get(JOBS).content.decode()
+    inputs = dict(
+        re.findall(r'<tr data-job-id="([0-9a-f-]+)".*?<td class="job-input">(.*?)</td>', html, re.S)
+    )
+    assert "videos/b.mp4" in inputs[str(by_path)]
+    assert "A clip" in inputs[str(by_asset)]
+    assert "videos/" in inputs[str(scan)]
+    assert "—" in inputs[str(finished)]
+    row = re.search(rf'<tr data-job-id="{finished}".*?</tr>', html, re.S)[0]
+    assert f'href="/dashboard/jobs/new?from={finished}"' in row and "Re-run" in row
+    assert f'href="/dashboard/jobs/{finished}#outputs"' in row and "Outputs (1)" in row
+    unfinished = re.search(rf'<tr data-job-id="{by_path}".*?</tr>', html, re.S)[0]
+    assert "Re-run" not in unfinished and "Cancel" in unfinished
+
+
+def test_the_form_starts_with_transcode_and_labels_in_words(operator_client):
+    html = operator_client.get(reverse("dashboard:job_new")).content.decode()
+    assert 'name="type" value="transcode"' in html
+    labels = re.findall(r'<label for="f-[a-z_]+">([^<*]+)', html)
+    assert {"CRF", "Minimum VMAF", "Target VMAF", "Audio bitrate (kbit/s)"} <= {
+        label.strip() for label in labels
+    }
+    assert "Crf" not in labels and "Min Vmaf" not in labels
+    assert "data-ladder-json" in html and 'name="p.quality_metrics" value="vmaf" checked' in html
+
+
+def test_metric_checkboxes_post_what_is_ticked_and_none_turns_measuring_off():
+    from django.http import QueryDict
+
+    from dashboard.forms import JobForm
+
+    ticked = QueryDict("type=transcode&p.quality_metrics=vmaf&p.quality_metrics=ssim")
+    assert JobForm.for_type("transcode").payload(ticked)["params"]["quality_metrics"] == ["vmaf", "ssim"]
+    assert (
+        JobForm.for_type("transcode").payload(QueryDict("type=transcode"))["params"]["quality_metrics"] == []
+    )
+
+
+def test_re_run_opens_the_form_filled_in_from_the_job(operator_client):
+    from media.submission import create_job
+
+    job = create_job(None, {"type": "noop", "params": {"seconds": 2.5, "children": 1}, "priority": 9})
+    html = operator_client.get(reverse("dashboard:job_new") + f"?from={job.id}").content.decode()
+    assert f'data-rerun-of="{job.id}"' in html
+    assert 'name="type" value="noop"' in html
+    assert 'name="p.seconds" value="2.5"' in html and 'name="p.children" value="1"' in html
+    assert 'name="priority" value="9"' in html
+    # An unknown or malformed id falls back to the empty form.
+    for bad in (uuid.uuid4(), "nope"):
+        html = operator_client.get(reverse("dashboard:job_new") + f"?from={bad}").content.decode()
+        assert 'name="type" value="transcode"' in html and "data-rerun-of" not in html
+
+
+def test_ladder_errors_name_the_rung(operator_client):
+    response = operator_client.post(
+        reverse("dashboard:job_new"),
+        {
+            "type": "transcode",
+            "p.ladder": '[{"height": 360}, {"height": 90}]',
+            "priority": "0",
+            "max_attempts": "4",
+        },
+    )
+    assert response.status_code == 422
+    assert "rung 2 height: Input should be greater than or equal to 144" in response.content.decode()
+
+
+def test_the_failed_stage_ends_the_stage_logs(operator_client, enqueue, make_worker_row):
+    job = enqueue("noop", max_attempts=1)
+    worker = make_worker_row()
+    task = claim(worker)
+    assert repository.fail(lease_of(task, worker), "RuntimeError: it broke").outcome == "failed"
+    html = operator_client.get(reverse("dashboard:job", args=[job])).content.decode()
+    assert "no stage output" not in html
+    assert re.search(r"data-stage-failure>\[noop #\d+\] failed \(attempt 1/1\): it broke<", html), html[
+        html.index("Stage logs") :
+    ][:800]

@@ -286,7 +286,8 @@ def test_buckets_sum_throughput_and_leave_gaps_in_depth():
     data = charts.bucketize(rows, win)
     assert data["completed"][10] == 5 and data["failed"][10] == 1
     assert data["completed"][11] == 0
-    assert data["pending"][10] == 5.0 and data["pending"][11] is None
+    # Depth is the busiest sample of the bucket: whole jobs (6), never their average (5.0).
+    assert data["pending"][10] == 6 and data["pending"][11] is None
 
 
 def test_axis_maxima_round_up_to_a_nice_number():
@@ -306,3 +307,33 @@ def test_gridlines_fall_on_round_numbers():
     for top in (4, 5, 10, 20, 25, 50, 100, 200, 1000):
         step = top / charts.divisions(top)
         assert step == int(step), top
+
+
+def test_the_default_window_fits_the_samples():
+    now = timezone.now()
+    assert charts.fitted_minutes(None, now) == 5  # nothing yet: the first sample fills a 5-minute chart
+    assert charts.fitted_minutes(now - timedelta(minutes=3), now) == 5
+    assert charts.fitted_minutes(now - timedelta(minutes=7), now) == 10
+    assert charts.fitted_minutes(now - timedelta(minutes=50), now) == 60
+    assert charts.fitted_minutes(now - timedelta(hours=30), now) == 360  # at most 6 h
+    win = charts.window_minutes(5, now)
+    assert win.count == 5 and win.bucket == timedelta(minutes=1)
+
+
+def test_every_named_window_keeps_its_resolution():
+    for hours, (bucket, label) in charts.RESOLUTION.items():
+        assert charts.resolution(hours * 60) == (bucket, label), hours
+
+
+def test_the_default_overview_is_fitted_and_a_named_window_is_kept(viewer_client, db):
+    now = timezone.now().replace(second=0, microsecond=0)
+    for minutes in range(20):
+        QueueSample.objects.create(at=now - timedelta(minutes=minutes), pending=1)
+    html = viewer_client.get(reverse("dashboard:overview")).content.decode()
+    assert (
+        'aria-current="true" title="The span of the samples recorded so far, up to 6 h" data-window="fit">fit · 30 min'
+        in html
+    )
+    assert "last 30 min" in html and "hours=" not in html.split('id="live"')[1].split(">")[0]
+    html = viewer_client.get(reverse("dashboard:overview") + "?hours=3").content.decode()
+    assert 'aria-current="true" data-window="3"' in html and "last 3 h" in html

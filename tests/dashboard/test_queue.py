@@ -231,7 +231,7 @@ def controls(html: str) -> dict[str, str]:
     return found
 
 
-def expected_controls(job, *, paused=False) -> dict[str, str]:
+def expected_controls(job, *, paused=False, dedicate=False) -> dict[str, str]:
     acts = {
         "run-next": "run-next",
         "up": "move",
@@ -241,6 +241,8 @@ def expected_controls(job, *, paused=False) -> dict[str, str]:
         "resume" if paused else "pause": "resume" if paused else "pause",
         "cancel": "cancel",
     }
+    if dedicate:  # a pending job no worker holds may run on a dedicated worker
+        acts["dedicate"] = "dedicate"
     return {act: reverse("dashboard:job_action", args=[job, action]) for act, action in acts.items()}
 
 
@@ -264,9 +266,11 @@ def test_every_rows_link_and_controls_point_at_that_rows_job(operator_client, en
     assert set(rows(html)) == {str(j) for j in (failed, running, cancelling, *waiting, paused, targeted)}
     for job in rows(html):
         assert f'<a href="{reverse("dashboard:job", args=[job])}">' in row_of(html, job)
-    for job in (running, *waiting, targeted):
+    for job in (running, targeted):
         assert controls(row_of(html, job)) == expected_controls(job), job
-    assert controls(row_of(html, paused)) == expected_controls(paused, paused=True)
+    for job in waiting:
+        assert controls(row_of(html, job)) == expected_controls(job, dedicate=True), job
+    assert controls(row_of(html, paused)) == expected_controls(paused, paused=True, dedicate=True)
     assert controls(row_of(html, failed)) == {
         "retry": reverse("dashboard:job_action", args=[failed, "retry"])
     }

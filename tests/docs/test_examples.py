@@ -8,15 +8,23 @@ the test names the block. A block whose fence is preceded by `<!-- no-run: reaso
 
 The commands find what the docs promise: `./scripts/run`'s state (an `admin` superuser, the demo
 clips under the media root), the current directory a checkout (a copy of this one, its `.venv` the
-virtualenv running the tests), `JET` (the live server's URL; the docs default to 127.0.0.1:8000) and `HOOK_URL` (a local
-webhook receiver, with private webhook targets allowed as in a lab).
+virtualenv running the tests), `JET` (the live server's URL; the docs default to 127.0.0.1:8000),
+`HOOK_PORT` (a free port for the walk's own webhook receiver, `tools/webhook_receiver.py`) and
+private webhook targets allowed, as docs/api.md tells its reader to start the server.
+
+Running is not enough: each block's stdout is kept, and for docs/api.md the test checks what the
+comments promise (the job completes, the webhook arrives, the steered job moves in the queue, the
+retried job is queued again, the progress table is the database's plan) and that the files the
+examples write land in their temporary directory (`$WORK`, under TMPDIR), not in the checkout.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,10 +32,10 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 
 from media.demo import seed_demo_clips
 from tests.kit import ROOT
-from tests.kit.web import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
 
@@ -78,10 +86,30 @@ def examples(document: str) -> list[Example]:
 def script(runnable: list[Example]) -> str:
     parts = ["set -euo pipefail"]
     for example in runnable:
-        parts.append(f"echo '@@@ {example.document}:{example.line}' >&2")
+        parts.append(f"echo '@@@ {example.document}:{example.line}' | tee /dev/stderr")
         parts.append(example.code)
-    parts.append("echo '@@@ done' >&2")
+    parts.append("echo '@@@ done' | tee /dev/stderr")
     return "\n".join(parts) + "\n"
+
+
+def outputs_by_block(stdout: str) -> dict[str, list[str]]:
+    """{"docs/api.md:123": the stdout lines of the block whose fence is on line 123}."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in stdout.splitlines():
+        marker = re.match(r"^@@@ (.+)$", line)
+        if marker:
+            current = found.setdefault(marker[1], [])
+        elif current is not None:
+            current.append(line)
+    return found
+
+
+def output_of(document: str, stdout: str, needle: str) -> list[str]:
+    """The stdout lines of the one block of `document` whose code contains `needle`."""
+    matching = [e for e in examples(document) if needle in e.code and e.skip_reason is None]
+    assert len(matching) == 1, f"{len(matching)} blocks of {document} contain {needle!r}"
+    return outputs_by_block(stdout)[f"{document}:{matching[0].line}"]
 
 
 def test_the_extractor_finds_blocks_and_reasons():
@@ -92,6 +120,12 @@ def test_the_extractor_finds_blocks_and_reasons():
         assert [e for e in found if e.skip_reason is None], f"{document} has no runnable example"
     walk = examples("docs/api.md")
     assert any("create_api_token ci-bot" in e.code and e.skip_reason is None for e in walk)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -105,6 +139,7 @@ def live_environment(live_server, start_worker, worker_env, settings, tmp_path):
     settings.OUTPUT_ROOT_DIR = roots["OUTPUT_ROOT"]
     settings.WORKSPACE_ROOT_DIR = roots["WORKSPACE_ROOT"]
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": True}
+    settings.CORS_ALLOWED_ORIGINS = ["https://player.example"]  # JETENCODE_CORS_ORIGINS in the docs
     seed_demo_clips(roots["MEDIA_ROOT"])
     User.objects.create_superuser("admin", "admin@example.com", "not-used")
     start_worker("docs-worker", "--concurrency", "3", env={"JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true"})
@@ -114,20 +149,22 @@ def live_environment(live_server, start_worker, worker_env, settings, tmp_path):
     scratch = tmp_path / "checkout"
     shutil.copytree(ROOT, scratch, ignore=shutil.ignore_patterns(*CHECKOUT_IGNORES), symlinks=True)
     (scratch / ".venv").symlink_to(Path(sys.prefix))
-    with Receiver() as receiver:
-        env = {
-            **worker_env,
-            "JET": live_server.url,
-            "HOOK_URL": f"{receiver.url}/jetencode",
-            "JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
-        yield scratch, env, receiver
+    temp = tmp_path / "tmp"  # where `mktemp -d` puts the examples' $WORK
+    temp.mkdir()
+    env = {
+        **worker_env,
+        "JET": live_server.url,
+        "HOOK_PORT": str(free_port()),
+        "TMPDIR": str(temp),
+        "JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    yield scratch, env, temp
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_the_shell_examples_run_as_written(document, live_environment):
-    scratch, env, receiver = live_environment
+    scratch, env, temp = live_environment
     runnable = [e for e in examples(document) if e.skip_reason is None]
     result = subprocess.run(
         ["bash", "-c", script(runnable)],
@@ -142,3 +179,82 @@ def test_the_shell_examples_run_as_written(document, live_environment):
         f"the example at {reached[-1] if reached else document} failed (exit {result.returncode})\n"
         f"--- stdout ---\n{result.stdout[-6000:]}\n--- stderr ---\n{result.stderr[-6000:]}"
     )
+
+    if document == "docs/api.md":
+        check_the_walk_does_what_its_comments_say(result.stdout, scratch, temp, env["HOOK_PORT"])
+
+
+def check_the_walk_does_what_its_comments_say(
+    stdout: str, checkout: Path, temp: Path, hook_port: str
+) -> None:
+    def out(needle: str) -> list[str]:
+        return output_of("docs/api.md", stdout, needle)
+
+    assert out('wait_job "$JOB"')[-1] == "completed"
+    assert out("webhook_receiver") == [f"http://127.0.0.1:{hook_port}/jetencode"]
+    assert out('wait_job "$HOOKED"') == ["completed", "job.completed"]
+    collected = out('"$WORK/master.m3u8"')
+    assert collected[-4] == "#EXTM3U" and collected[-1].strip() == "1024", collected
+
+    # The steered job waits (every slot is busy) and moves in the pending group as each comment says.
+    steer = out("run-next")
+    waiting = json.loads("\n".join(steer[:4]))
+    assert waiting["state"] == "pending" and waiting["waiting_reason"].startswith("waiting for a free"), steer
+    assert steer[4:] == [
+        "AHEAD is next",
+        '"pending"',
+        "STEER is next",
+        '"pending"',
+        "AHEAD is next again",
+        "50",
+        "STEER is next: priority 50 comes before 0",
+        "true",
+        "false",
+        '{"state":"cancelled","cancel_requested":true}',
+    ], steer
+
+    retry = out("/retry")
+    assert retry[0] == "failed" and retry[-1] == "failed", retry
+    assert retry[1] == "noop failed: noop: attempt 1 fails on purpose (fail_attempts=1)", retry
+    assert retry[2] in ("pending", "running") and retry[3] == "1", retry
+
+    # The files the examples write are in $WORK, under TMPDIR; none in the checkout.
+    for name in ("job.json", "master.m3u8", "head.jpg", "hooks.jsonl"):
+        assert not (checkout / name).exists(), f"{name} was written into the checkout"
+        assert len(list(temp.glob(f"*/{name}"))) == 1, f"{name} is not in $WORK"
+
+
+PROGRESS_ROW = re.compile(
+    r"^\| (?:`(?P<type>\w+)`)? *\| (?P<group>.+?) \| (?P<on>\d+) % \| (?P<off>\d+) % \|$"
+)
+
+
+def documented_shares() -> dict[str, dict[str, tuple[int, int]]]:
+    """docs/api.md's progress table: {type: {stage group: (share measuring, share not measuring)}}."""
+    shares: dict[str, dict[str, tuple[int, int]]] = {}
+    job_type = None
+    for line in (ROOT / "docs/api.md").read_text().splitlines():
+        row = PROGRESS_ROW.match(line)
+        if row:
+            job_type = row["type"] or job_type
+            group = re.match(r"`?([\w.]+)`?", row["group"])[1]
+            shares.setdefault(job_type, {})[group] = (int(row["on"]), int(row["off"]))
+    return shares
+
+
+@pytest.mark.django_db
+def test_the_documented_progress_shares_are_the_plan_the_database_uses():
+    documented = documented_shares()
+    assert set(documented) == {"transcode", "reencode_streaming"}, documented
+    for job_type, groups in documented.items():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT progress_plan_v1(%s, '{}'), progress_plan_v1(%s, '{\"quality_metrics\": []}')",
+                [job_type, job_type],
+            )
+            measuring, not_measuring = cursor.fetchone()
+        for column, plan in ((0, measuring), (1, not_measuring)):
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            total = sum(plan.values())
+            as_percent = {group: round(100 * share / total) for group, share in plan.items()}
+            assert {group: shares[column] for group, shares in groups.items()} == as_percent, job_type

@@ -479,7 +479,8 @@ def check_reencode_streaming(run: Run, job: JobRun) -> None:
             "library.register": 1,
         }
     )
-    outputs = check_outputs(run, job, {"landscape.mp4", "quality.json"})
+    # The thumbnail is the library asset's (issue 35: the asset a job makes has one).
+    outputs = check_outputs(run, job, {"landscape.mp4", "quality.json", "thumbnail.jpg"})
     path = run.roots.job_outputs(job.id) / "landscape.mp4"
     info = probe(path)
     check_video(info, size=(256, 144), duration=3.0)
@@ -491,6 +492,7 @@ def check_reencode_streaming(run: Run, job: JobRun) -> None:
     assert (
         asset["valid"] is True and str(asset["source_job_id"]) == job.id and asset["directory"] == "playback"
     )
+    assert asset["thumbnail"] == f"{job.id}/thumbnail.jpg"
     assert (asset["width"], asset["height"], asset["video_codec"], asset["audio_codec"]) == (
         256,
         144,

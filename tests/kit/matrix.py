@@ -2,7 +2,7 @@
 
 - `API`: every API operation → how to make its target, its success status, its effect;
 - `dashboard_actions(world)`: every dashboard action (dashboard.views.actions, job creation,
-  library actions, worker drain and evacuate) with its target and effect;
+  library actions, worker drain, evacuate and undrain) with its target and effect;
 - `ADMIN_ACTIONS`: every Django admin action of the project's models, with its target and effect;
 - `World`: fresh targets for each request, so every allowed action has something to act on;
 - `fingerprint()`: everything an API, dashboard or admin request could change, in a comparable
@@ -18,7 +18,7 @@ import uuid
 from django.db import connection
 from django.urls import reverse
 
-from api.models import ApiToken
+from api.models import ApiToken, PlaybackGeneration
 from dashboard.views.actions import JOB_ACTIONS
 from media.models import MediaAsset
 from media.storage import LocalStorage
@@ -38,7 +38,7 @@ def fingerprint() -> tuple:
             (SELECT coalesce(json_agg(x ORDER BY x.id), '[]') FROM (
                SELECT j.id, j.status, j.priority, j.max_attempts, j.webhook_url, j.manual_retry_count,
                       s.priority AS live_priority, s.position, s.paused, s.cancel_requested_at IS NOT NULL AS cancel,
-                      s.execution_id, s.assigned_worker_uid
+                      s.execution_id, s.assigned_worker_uid, s.execution_mode
                  FROM jobs j LEFT JOIN job_schedule s ON s.job_id = j.id) x)::text,
             (SELECT count(*) FROM queue_tasks),
             (SELECT coalesce(json_agg(x ORDER BY x.uid), '[]') FROM (
@@ -78,6 +78,11 @@ class World:
     def paused_job(self) -> uuid.UUID:
         job = self.job()
         repository.pause(job)
+        return job
+
+    def dedicated_job(self) -> uuid.UUID:
+        job = self.job()
+        repository.reserve_job(job)
         return job
 
     def failed_job(self) -> uuid.UUID:
@@ -132,6 +137,12 @@ API = {
         200,
         None,
     ),
+    ("POST", "/v2/jobs/{job_id}/playback"): (lambda w: ({"job_id": w.job()}, {"ttl_seconds": 60}), 200, None),
+    ("DELETE", "/v2/jobs/{job_id}/playback"): (
+        lambda w: ({"job_id": w.job()}, None),
+        200,
+        lambda p: PlaybackGeneration.objects.filter(job_id=p["job_id"], generation=1).exists(),
+    ),
     ("GET", "/v2/job-types"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/queue"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/queue/{job_id}"): (lambda w: ({"job_id": w.job()}, None), 200, None),
@@ -167,6 +178,16 @@ API = {
         200,
         lambda p: _schedule(p["job_id"]).execution_id == 2,
     ),
+    ("POST", "/v2/queue/{job_id}/dedicate"): (
+        lambda w: ({"job_id": w.job()}, None),
+        200,
+        lambda p: _schedule(p["job_id"]).execution_mode == "dedicated",
+    ),
+    ("DELETE", "/v2/queue/{job_id}/dedicate"): (
+        lambda w: ({"job_id": w.dedicated_job()}, None),
+        200,
+        lambda p: _schedule(p["job_id"]).execution_mode == "shared",
+    ),
     ("GET", "/v2/workers"): (lambda w: ({}, None), 200, None),
     ("GET", "/v2/workers/{uid}"): (lambda w: ({"uid": w.worker()}, None), 200, None),
     ("POST", "/v2/workers/{uid}/drain"): (
@@ -179,11 +200,21 @@ API = {
         200,
         lambda p: QueueWorker.objects.get(pk=p["uid"]).lifecycle == "draining",
     ),
+    ("POST", "/v2/workers/{uid}/undrain"): (
+        lambda w: ({"uid": _drained(w.worker())}, None),
+        200,
+        lambda p: QueueWorker.objects.get(pk=p["uid"]).lifecycle == "active",
+    ),
     ("GET", "/v2/stats"): (lambda w: ({}, None), 200, None),
     ("GET", "/v1/sysinfo"): (lambda w: ({}, None), 200, None),
 }
 PUBLIC = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v2/openapi.json"), ("GET", "/v2/docs")}
 SAFE = ("GET", "HEAD", "OPTIONS")
+# Not safe methods, but they change nothing a viewer could not already read: a viewer (and a read
+# token) may make a signed playback URL of what they may play anyway.
+VIEWER_MAY = {("POST", "/v2/jobs/{job_id}/playback")}
+# Credentials in the path, none in headers: the signed playback URLs (tests/api/test_playing.py).
+SIGNED = {("GET", "/v2/jobs/{job_id}/playback/{token}/{name}")}
 
 
 # ---- the dashboard -------------------------------------------------------------------------------------
@@ -201,6 +232,8 @@ def dashboard_actions(world):
         "move": (world.job, {"direction": "top"}, lambda j: True),
         "priority": (world.job, {"priority": "9"}, lambda j: _schedule(j).priority == 9),
         "redispatch": (world.job, {}, lambda j: _schedule(j).execution_id == 2),
+        "dedicate": (world.job, {}, lambda j: _schedule(j).execution_mode == "dedicated"),
+        "share": (world.dedicated_job, {}, lambda j: _schedule(j).execution_mode == "shared"),
     }
     assert set(targets) == set(JOB_ACTIONS), "add the new dashboard action to the matrix"
     actions = []
@@ -241,7 +274,21 @@ def dashboard_actions(world):
     actions.append(
         ("worker_evacuate", evacuate, lambda uid: QueueWorker.objects.get(pk=uid).lifecycle == "draining")
     )
+
+    def undrain():
+        uid = _drained(world.worker())
+        return reverse("dashboard:worker_undrain", args=[uid]), {}, uid
+
+    actions.append(
+        ("worker_undrain", undrain, lambda uid: QueueWorker.objects.get(pk=uid).lifecycle == "active")
+    )
     return actions
+
+
+def _drained(uid: str) -> str:
+    """A worker drained (the target of undrain)."""
+    repository.drain_worker(uid)
+    return uid
 
 
 # ---- the admin -----------------------------------------------------------------------------------------
@@ -253,11 +300,16 @@ ADMIN_ACTIONS = {
     ("scheduler.Job", "pause_jobs"): ("job", lambda pk: _schedule(pk).paused),
     ("scheduler.Job", "resume_jobs"): ("paused_job", lambda pk: not _schedule(pk).paused),
     ("scheduler.Job", "redispatch_jobs"): ("job", lambda pk: _schedule(pk).execution_id == 2),
+    ("scheduler.Job", "dedicate_jobs"): ("job", lambda pk: _schedule(pk).execution_mode == "dedicated"),
     ("scheduler.JobSchedule", "cancel_jobs"): ("job", lambda pk: _status(pk) == "cancelled"),
     ("scheduler.JobSchedule", "retry_jobs"): ("failed_job", lambda pk: _status(pk) == "pending"),
     ("scheduler.JobSchedule", "pause_jobs"): ("job", lambda pk: _schedule(pk).paused),
     ("scheduler.JobSchedule", "resume_jobs"): ("paused_job", lambda pk: not _schedule(pk).paused),
     ("scheduler.JobSchedule", "redispatch_jobs"): ("job", lambda pk: _schedule(pk).execution_id == 2),
+    ("scheduler.JobSchedule", "dedicate_jobs"): (
+        "job",
+        lambda pk: _schedule(pk).execution_mode == "dedicated",
+    ),
     ("media.MediaAsset", "validate_assets"): (
         "asset",
         lambda pk: Job.objects.filter(type="validate", params__video_id=str(pk)).exists(),

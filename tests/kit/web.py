@@ -46,6 +46,9 @@ class Api:
     def patch(self, path, body=None, raw=None, headers=None):
         return self._send("patch", path, body, raw, headers)
 
+    def delete(self, path, headers=None):
+        return self.client.delete(path, headers=self.headers(headers))
+
 
 def issue_token(user, scope: str = "operate") -> str:
     """A new API token of `user`: the raw value, as create_api_token prints it."""

@@ -259,16 +259,20 @@ def test_reencode_streaming_encodes_one_faststart_file_and_registers_it(local_wo
     measuring = local_worker.next_stage()
     assert measuring.task_type == "reencode_streaming.quality"
     measured = measuring.execute()["quality"]
-    out, _ = measuring.outputs()
+    out, _, thumbnail = measuring.outputs()
     info = probe(out)
     assert (info.width, info.height, info.video_codec, info.audio_codec) == (144, 256, "h264", "aac")
     assert is_faststart(out) and result["library_path"].startswith("playback/My_Clip-")
-    assert [s.name for s in measuring.published] == ["My_Clip.mp4", "quality.json"]
+    # The thumbnail the library asset gets is published with the video (issue 35).
+    assert [s.name for s in measuring.published] == ["My_Clip.mp4", "quality.json", "thumbnail.jpg"]
+    assert probe(thumbnail).video_codec == "mjpeg"
     assert measured["renditions"][0]["name"] == "My_Clip" and 0 <= measured["renditions"][0]["vmaf"] <= 100
+    assert measured["renditions"][0]["crf"] == FAST.get("crf", 23)  # the CRF it was encoded with
     [register] = measuring.children
     assert (
         register.task_type == "library.register"
         and (measuring.workspace / register.payload["source"]).exists()
+        and register.payload["thumbnail"] == f"{measuring.job_id}/thumbnail.jpg"
     )
 
 

@@ -128,7 +128,8 @@ def test_reencode_streaming_adds_one_library_asset(local_worker, roots, clips):
     assert retry.execute() == {**first, "created": False}
     assert MediaAsset.objects.filter(path=created.path).count() == 1
     assert job_status(job_id) == "completed"
-    assert roots.published_files(job_id) == ["quality.json", "source.mp4"]
+    assert roots.published_files(job_id) == ["quality.json", "source.mp4", "thumbnail.jpg"]
+    assert created.thumbnail == f"{job_id}/thumbnail.jpg"  # the asset has the job's thumbnail
 
 
 def test_thumbnail_for_an_asset_updates_it_after_publication(local_worker, roots, clips):

@@ -331,3 +331,10 @@ def encoder_of(payload: dict[str, Any]) -> str:
     if encoder not in SUPPORTED_ENCODERS:
         raise PermanentFailure(f"unsupported encoder {encoder!r}")
     return encoder
+
+
+def publish_register_thumbnail(ctx: StageContext, register: dict) -> None:
+    """Publish, with the video it belongs to, the thumbnail a library.register payload will set on
+    the asset (`thumbnail_file`, made by reencode_streaming.encode), if there is one."""
+    if register.get("thumbnail_file"):
+        publish(ctx, ws(ctx, register["thumbnail_file"]), "thumbnail.jpg")

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from media import commands, quality
+from media.probe import MediaInfo
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,
@@ -25,6 +26,7 @@ from workers.stages.common import (
     partial_path,
     probe_media,
     publish,
+    publish_register_thumbnail,
     resolve_source,
     run_ffmpeg,
     stage_input,
@@ -34,6 +36,8 @@ from workers.stages.common import (
     ws,
 )
 from workers.stages.quality import is_software, plan_reference_sample, run_encode
+
+THUMBNAIL = "thumbnail.jpg"
 
 
 def safe_stem(name: str, fallback: str = "video") -> str:
@@ -123,23 +127,15 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
     run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
     os.replace(partial, final)
     info = probe_media(final)
-    # A copy, not a second name for the same bytes: publication moves `final` out of the workspace,
-    # and library.register (which runs only if this stage's finish is accepted) copies from this one.
-    # A hard link would make the published output and the library file one inode, so whoever may
-    # edit the media root would edit a published output too.
-    library_copy = out_dir / "library.mp4"
-    library_copy.unlink(missing_ok=True)
-    shutil.copyfile(final, library_copy)
-    register = {
-        "source": workspace_rel(ctx, library_copy),
-        "path": p["library_path"],
-        "directory": p["library_directory"],
-        "title": p.get("title") or Path(name).stem,
-        "metadata": info.asset_fields(),
-    }
+    register = _register_payload(ctx, final, info)
     if p.get("quality"):
         # Measured (and gated) before anything is published: the quality stage publishes.
-        rendition = {"name": Path(name).stem, "file": workspace_rel(ctx, final), "encoder": encoder_of(p)}
+        rendition = {
+            "name": Path(name).stem,
+            "file": workspace_rel(ctx, final),
+            "encoder": encoder_of(p),
+            "crf": int(p["crf"]),
+        }
         payload = {
             **p["quality"],
             "reference_sample": sample,
@@ -150,6 +146,7 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
         ctx.spawn_child(child("reencode_streaming.quality", payload, duration=p["duration"]))
     else:
         publish(ctx, final, name)
+        publish_register_thumbnail(ctx, register)
         ctx.spawn_child(child("library.register", register))
     ctx.progress(100.0)
     return {
@@ -160,6 +157,49 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
         "duration_seconds": info.duration_seconds,
         "library_path": p["library_path"],
     }
+
+
+def _register_payload(ctx: StageContext, final: Path, info: MediaInfo) -> dict:
+    """The library.register payload for the re-encoded file `final` (probed: `info`), with the
+    copy it registers from and its thumbnail."""
+    p = ctx.payload
+    # A copy, not a second name for the same bytes: publication moves `final` out of the workspace,
+    # and library.register (which runs only if this stage's finish is accepted) copies from this one.
+    # A hard link would make the published output and the library file one inode, so whoever may
+    # edit the media root would edit a published output too.
+    library_copy = final.parent / "library.mp4"
+    library_copy.unlink(missing_ok=True)
+    shutil.copyfile(final, library_copy)
+    return {
+        "source": workspace_rel(ctx, library_copy),
+        "path": p["library_path"],
+        "directory": p["library_directory"],
+        "title": p.get("title") or final.stem,
+        "metadata": info.asset_fields(),
+        **_library_thumbnail(ctx, final, info.duration_seconds),
+    }
+
+
+def _library_thumbnail(ctx: StageContext, video: Path, duration: float) -> dict:
+    """A thumbnail of the re-encoded file for the library asset it becomes (a quarter of the way
+    in, like thumbnail_generate's): {"thumbnail_file": workspace path, "thumbnail": the asset's
+    value once published}, or {} when FFmpeg gives no frame (the asset then has none)."""
+    final = Path(ctx.workspace) / "reencode" / THUMBNAIL
+    partial = partial_path(final)
+    partial.unlink(missing_ok=True)
+    at = min(duration * 0.25, max(0.0, duration - 0.1))
+    run_ffmpeg(
+        ctx,
+        commands.thumbnail(video, partial, timestamp=at, width=640),
+        duration=None,
+        throttle=None,
+        what="thumbnail",
+    )
+    if not partial.exists():
+        ctx.log(f"no thumbnail: no frame at {at:.3f}s")
+        return {}
+    os.replace(partial, final)
+    return {"thumbnail_file": workspace_rel(ctx, final), "thumbnail": f"{ctx.job_id}/{THUMBNAIL}"}
 
 
 @stage("thumbnail_generate")

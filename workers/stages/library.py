@@ -146,7 +146,7 @@ def validate(ctx: StageContext) -> dict:
     fields: dict = {"validated_at": timezone.now()}
     try:
         with open_media_file(rel, what="input") as (fd, path):
-            info = probe(f"/proc/self/fd/{fd}", name=path.name)
+            info = probe(fd=fd, name=path.name)
         if not info.has_video:
             raise ProbeError(path, "no video stream")
         fields.update(info.asset_fields(), valid=True, invalid_reason="")
@@ -301,6 +301,8 @@ def library_register(ctx: StageContext) -> dict:
             "source_job_id": source_job_id,
             "valid": True,
             "validated_at": timezone.now(),
+            # "<job id>/thumbnail.jpg", published with the video (reencode_streaming), or none.
+            "thumbnail": payload.get("thumbnail", ""),
             **fields,
         },
     )

@@ -26,7 +26,16 @@ from media import commands, quality
 from media.ffmpeg import ffmpeg_version
 from media.progress import ProgressThrottle
 from workers.stages.base import PermanentFailure, StageContext, stage
-from workers.stages.common import child, partial_path, probe_media, publish, run_ffmpeg, throttle_for, ws
+from workers.stages.common import (
+    child,
+    partial_path,
+    probe_media,
+    publish,
+    publish_register_thumbnail,
+    run_ffmpeg,
+    throttle_for,
+    ws,
+)
 
 QUALITY_DIR = "quality"
 QUALITY_JSON = "quality.json"
@@ -250,6 +259,7 @@ def reencode_streaming_quality(ctx: StageContext) -> dict:
     final = ws(ctx, p["renditions"][0]["file"])
     publish(ctx, final, str(p["output_name"]))
     publish(ctx, Path(ctx.workspace) / QUALITY_DIR / QUALITY_JSON, QUALITY_JSON, kind="data")
+    publish_register_thumbnail(ctx, p["register"])
     ctx.spawn_child(child("library.register", dict(p["register"])))
     ctx.progress(100.0)
     return {"quality": document}

@@ -7,7 +7,8 @@
       ├─ transcode.thumbnail          one JPEG (cpu)
       └─ transcode.quality            waits for its siblings; scores every rendition against the
          │                            source, min_vmaf gate, quality.json (workers/stages/quality.py)
-         └─ transcode.package         HLS per rendition (MPEG-TS for H.264, fMP4 for HEVC/AV1) +
+         └─ transcode.package         HLS per rendition (MPEG-TS for H.264; CMAF for HEVC/AV1: one
+              │                       track per file, one audio rendition in an EXT-X-MEDIA group) +
               │                       master playlist
               └─ transcode.upload     (background pool) publishes everything to output storage
 With `quality_metrics: []` the package waits for the renditions itself, as before measuring existed.
@@ -25,9 +26,17 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from media import commands, quality
+from media import cmaf, commands, quality
 from media.ffmpeg import select_encoder
-from media.hls import FMP4_CODECS, codec_string_of, ladder_for, master_playlist, variant_from_probe
+from media.hls import (
+    AUDIO_GROUP,
+    FMP4_CODECS,
+    AudioRendition,
+    codec_string_of,
+    ladder_for,
+    master_playlist,
+    variant_from_probe,
+)
 from media.jobtypes import JOB_TYPES, ResourceChoice
 from media.params import TranscodeParams
 from media.probe import probe
@@ -169,7 +178,9 @@ def _package_child(params: TranscodeParams, ladder: list[dict], duration: float)
 
 def _n_subsample(params: TranscodeParams, info) -> int:
     frames = quality.frame_count(info.duration_seconds, info.fps)
-    return quality.n_subsample_for(frames, info.fps, params.vmaf_subsample)
+    # Renditions have a keyframe at every segment boundary: the GOP the scored frames must not follow.
+    gop = round(params.segment_seconds * (info.fps or 25))
+    return quality.n_subsample_for(frames, info.fps, params.vmaf_subsample, gop_frames=gop)
 
 
 def _sample_writer(params: TranscodeParams, ladder: list[dict], info) -> tuple[str | None, dict | None]:
@@ -359,41 +370,40 @@ def transcode_thumbnail(ctx: StageContext) -> dict:
 @stage("transcode.package")
 def transcode_package(ctx: StageContext) -> dict:
     """HLS for every rendition, then the master playlist. Builds into `hls.partial/` and renames it
-    to `hls/` at the end, so a retry starts clean and upload never sees half a package."""
+    to `hls/` at the end, so a retry starts clean and upload never sees half a package. HEVC and
+    AV1 renditions are CMAF (`package_cmaf_audio`): video-only tracks plus one audio rendition."""
     p = ctx.payload
     workspace = Path(ctx.workspace)
     building = fresh_dir(workspace / f"{HLS_DIR}.partial")
     renditions = p["renditions"]
+    sources = _rendition_sources(ctx, renditions)
+    cmaf_sources = [sources[str(r["name"])] for r in renditions if r.get("codec") in FMP4_CODECS]
+    audio_src = next((src for src in cmaf_sources if probe(src).has_audio), None)
     throttle = throttle_for(ctx)
+    steps = len(renditions) + (1 if audio_src else 0)
     variants = []
-    any_fmp4 = False
     for i, rendition in enumerate(renditions):
         ctx.check_cancelled()
         name = str(rendition["name"])
-        src = ws(ctx, f"{RENDITIONS_DIR}/{name}.mp4")
-        if not src.exists():
-            # The scheduler holds this stage until its siblings completed; a missing rendition means
-            # the workspace was lost (e.g. cleaned) and only a new execution can help.
-            raise PermanentFailure(f"rendition {name} is missing from the workspace")
-        out_dir = building / name
-        out_dir.mkdir()
         fmp4 = rendition.get("codec") in FMP4_CODECS
-        argv = commands.hls_package(src, out_dir, segment_seconds=float(p["segment_seconds"]), fmp4=fmp4)
-        span = throttle.span(100.0 * i / len(renditions), 100.0 * (i + 1) / len(renditions))
-        run_ffmpeg(
-            ctx, argv, duration=float(p.get("duration") or 0) or None, throttle=span, what=f"hls {name}"
+        span = throttle.span(100.0 * i / steps, 100.0 * (i + 1) / steps)
+        _package_rendition(
+            ctx, sources[name], building / name, fmp4, separate_audio=bool(audio_src), span=span
         )
-        any_fmp4 = any_fmp4 or fmp4
-        variants.append(
-            variant_from_probe(
-                f"{name}/index.m3u8",
-                probe(src),
-                rendition.get("video_bitrate_kbps"),
-                int(p.get("audio_bitrate_kbps", 128)),
-                codec_string_of(src),
-            )
+        variant = variant_from_probe(
+            f"{name}/index.m3u8",
+            probe(sources[name]),
+            rendition.get("video_bitrate_kbps"),
+            int(p.get("audio_bitrate_kbps", 128)),
+            codec_string_of(sources[name]),
         )
-    (building / "master.m3u8").write_text(master_playlist(variants, version=7 if any_fmp4 else 3))
+        variants.append(replace(variant, audio_group=AUDIO_GROUP) if fmp4 and audio_src else variant)
+    audio = None
+    if audio_src is not None:
+        span = throttle.span(100.0 * (steps - 1) / steps, 100.0)
+        audio = package_cmaf_audio(ctx, audio_src, building / AUDIO_GROUP, span)
+    version = 7 if cmaf_sources else 3
+    (building / "master.m3u8").write_text(master_playlist(variants, version=version, audio=audio))
     final = workspace / HLS_DIR
     if final.exists():
         shutil.rmtree(final)
@@ -413,6 +423,45 @@ def transcode_package(ctx: StageContext) -> dict:
             {"uri": v.uri, "bandwidth": v.bandwidth, "resolution": f"{v.width}x{v.height}"} for v in variants
         ]
     }
+
+
+def _rendition_sources(ctx: StageContext, renditions: list[dict]) -> dict[str, Path]:
+    sources = {str(r["name"]): ws(ctx, f"{RENDITIONS_DIR}/{r['name']}.mp4") for r in renditions}
+    for name, src in sources.items():
+        if not src.exists():
+            # The scheduler holds this stage until its siblings completed; a missing rendition means
+            # the workspace was lost (e.g. cleaned) and only a new execution can help.
+            raise PermanentFailure(f"rendition {name} is missing from the workspace")
+    return sources
+
+
+def _package_rendition(
+    ctx: StageContext, src: Path, out_dir: Path, fmp4: bool, *, separate_audio: bool, span
+):
+    """One rendition's media playlist: MPEG-TS with its audio muxed in, or a CMAF video track (its
+    audio is the ladder's audio rendition when there is one)."""
+    out_dir.mkdir()
+    streams = "video" if fmp4 and separate_audio else "all"
+    argv = commands.hls_package(
+        src, out_dir, segment_seconds=float(ctx.payload["segment_seconds"]), fmp4=fmp4, streams=streams
+    )
+    duration = float(ctx.payload.get("duration") or 0) or None
+    run_ffmpeg(ctx, argv, duration=duration, throttle=span, what=f"hls {out_dir.name}")
+    if fmp4:
+        cmaf.mark_segments(out_dir)
+
+
+def package_cmaf_audio(ctx: StageContext, src: Path, out_dir: Path, span) -> AudioRendition:
+    """The ladder's one audio rendition (CMAF, `audio/index.m3u8`), remuxed from a rendition's AAC
+    track: every rendition encodes the same source audio at the same bitrate, so one serves all."""
+    out_dir.mkdir()
+    argv = commands.hls_package(
+        src, out_dir, segment_seconds=float(ctx.payload["segment_seconds"]), fmp4=True, streams="audio"
+    )
+    duration = float(ctx.payload.get("duration") or 0) or None
+    run_ffmpeg(ctx, argv, duration=duration, throttle=span, what="hls audio")
+    cmaf.mark_segments(out_dir)
+    return AudioRendition(uri=f"{out_dir.name}/index.m3u8", channels=probe(src).channels)
 
 
 @stage("transcode.upload")

@@ -1,10 +1,11 @@
 """Seed a fresh install with generated clips and jobs, once, so the dashboard has something to show.
 
-The clips come from `media.demo` (FFmpeg lavfi sources, nothing downloaded). The clips of
-`videos/` enter the media library with distinct titles; a `scan` job validates them and each gets
-its thumbnail through the library's own "Generate thumbnail" action (a `thumbnail_generate` job
-naming the asset, whose last stage stores the thumbnail on it). A few more jobs exercise the queue
-and the media pipeline. Run again: nothing happens (a marker under var/ remembers).
+The clips come from `media.demo` (FFmpeg lavfi sources, nothing downloaded). All six enter the
+media library with distinct titles; a `scan` job validates those of `videos/`, a `validate` job
+each of the others (`inbox/`, `public/`), and each gets its thumbnail through the library's own
+"Generate thumbnail" action (a `thumbnail_generate` job naming the asset, whose last stage stores
+the thumbnail on it). A few more jobs exercise the queue and the media pipeline. Run again:
+nothing happens (a marker under var/ remembers).
 """
 
 from pathlib import Path
@@ -42,6 +43,11 @@ def library_assets() -> list[MediaAsset]:
     return assets
 
 
+def validate_job(asset: MediaAsset) -> dict:
+    """What the library's "Validate" action creates for one asset."""
+    return {"type": "validate", "params": {"video_id": str(asset.id)}}
+
+
 def thumbnail_job(asset: MediaAsset) -> dict:
     """What the library's "Generate thumbnail" action creates for one asset."""
     return {"type": "thumbnail_generate", "params": {"video_id": str(asset.id)}}
@@ -55,7 +61,14 @@ class Command(BaseCommand):
         if marker.exists():
             return
         written = seed_demo_clips()
-        jobs = DEMO_JOBS[:1] + [thumbnail_job(asset) for asset in library_assets()] + DEMO_JOBS[1:]
+        assets = library_assets()
+        outside_scan = [asset for asset in assets if asset.directory != DEMO_JOBS[0]["params"]["directory"]]
+        jobs = (
+            DEMO_JOBS[:1]
+            + [validate_job(asset) for asset in outside_scan]
+            + [thumbnail_job(asset) for asset in assets]
+            + DEMO_JOBS[1:]
+        )
         for payload in jobs:
             submission.create_job(None, payload)
         marker.touch()

@@ -6,7 +6,8 @@
 --   20_enqueue_and_claim      workers register and beat, jobs enter, slots claim
 --   30_fenced_writes          what a claimed stage writes: heartbeats, progress, finish, fail, release
 --   40_recovery_and_failover  expired leases, stale workers, jobs moving off drained or lost workers
---   50_operator_controls      cancel, pause, priority, moves, retry, reservations
+--   50_operator_controls      cancel, pause, priority, moves, retry
+--   55_reservations           dedicated execution: reserve, bind, provision, time out, release
 --   60_maintenance            retention and per-minute samples
 --   90_superseded_v1          v1 functions that v2 replaced, kept for workers of the previous release
 -- Every change to queue state is one call to one of these functions, made by

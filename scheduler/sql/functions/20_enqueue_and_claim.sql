@@ -6,7 +6,9 @@
 
 -- Register a process start. The new session fences the previous one of the same uid at once: its
 -- running tasks' leases are expired so the recovery loop can hand them on without waiting. The
--- worker row ends active with this session's capacity (and no left_at: a new process has not left).
+-- worker row ends active with this session's capacity (and no left_at: a new process has not left),
+-- bound to no reservation: a binding belongs to the session that made it (bind_reservation_v2), so a
+-- restarted process of a uid that once ran dedicated work is an ordinary worker again.
 -- Returns the session it replaced, if any.
 CREATE OR REPLACE FUNCTION register_worker_v1(
   p_uid text, p_session uuid, p_hostname text, p_pid int, p_version text, p_concurrency int,
@@ -28,7 +30,7 @@ BEGIN
     background_slots = EXCLUDED.background_slots, category_limits = EXCLUDED.category_limits,
     vram_total_mb = EXCLUDED.vram_total_mb, lifecycle = 'active', registered_at = now(),
     last_heartbeat_at = now(), capabilities = EXCLUDED.capabilities, workspace = EXCLUDED.workspace,
-    left_at = NULL;
+    left_at = NULL, reservation_id = NULL;
   IF previous IS NOT NULL AND previous <> p_session THEN
     UPDATE queue_tasks SET lease_expires_at = now() - interval '1 millisecond'
     WHERE state = 'running' AND claimed_worker_session_id = previous;

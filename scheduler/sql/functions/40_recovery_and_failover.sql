@@ -15,6 +15,8 @@
 --   lost_after_delay  the worker is lost longer than JETENCODE_REASSIGN_AFTER_SECONDS and the job has
 --                     local work
 --   manual            an operator's redispatch
+--   lost_reserved     a dedicated worker lost its reservation (55_reservations.sql): its job
+--                     moves at once, running stages included, to the reservation's next worker
 -- "Moving" a job whose dispatch has not completed (and nothing of it runs) clears the assignment:
 -- the dispatch is retried by any worker, same execution, attempts kept. Any other move starts a new
 -- execution (redispatch_job_v2). Targeted jobs (required_worker_uid) never move: they wait for their
@@ -206,6 +208,7 @@ BEGIN
     WHEN 'lost_in_dispatch' THEN 'lost (no heartbeat for ' || format_seconds_v2(silence) || ', no local work)'
     WHEN 'lost_after_delay' THEN 'lost (no heartbeat for ' || format_seconds_v2(silence)
                                  || ', longer than the reassignment delay of ' || format_seconds_v2(p_silent_seconds) || ')'
+    WHEN 'lost_reserved' THEN 'lost its reservation (last heartbeat ' || format_seconds_v2(silence) || ' ago)'
     ELSE p_cause END;
 
   IF p_cause LIKE 'lost\_%' AND s.lost_workers >= j.max_attempts THEN
@@ -373,5 +376,25 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'worker ' || p_uid || ' is offline and holds no jobs to move';
   END IF;
   RETURN moved;
+END
+$$;
+
+-- Undrain: an operator returns a drained (or evacuated) worker to service: it claims again. Jobs that
+-- moved away stay where they went. Idempotent for an active worker; JE404 for an unknown worker,
+-- JE409 for an offline one (a worker comes back by starting again, which registers it active).
+CREATE OR REPLACE FUNCTION undrain_worker_v1(p_uid text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  current text;
+BEGIN
+  SELECT lifecycle INTO current FROM queue_workers WHERE uid = p_uid FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'worker not found';
+  END IF;
+  IF current = 'offline' THEN
+    RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'worker ' || p_uid || ' is offline: it returns to service when it starts again';
+  END IF;
+  UPDATE queue_workers SET lifecycle = 'active' WHERE uid = p_uid AND lifecycle = 'draining';
+  RETURN 'active';
 END
 $$;

@@ -1,13 +1,16 @@
 """`manage.py runworker`: run a JetEncode worker in the foreground (see docs/worker.md).
 
 Exit status: 0 after a clean drain (SIGTERM or Ctrl-C), 2 for invalid options or timing
-settings, 3 when a newer process took over the uid ("uid taken over"), 128+signal after an abort
-(a second SIGTERM or SIGINT during the drain).
+settings, 3 when a newer process took over the uid ("uid taken over"), 4 when `--reservation` cannot
+be bound (unknown, bound to another live worker, no longer requested), 128+signal after an abort
+(a second SIGTERM or SIGINT during the drain). A `--reservation` worker exits 0 once its job ended.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import uuid
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -24,6 +27,15 @@ from workers.config import (
     parse_positive_int,
     prepare_workspace,
 )
+
+
+def parse_reservation(text: str | None) -> uuid.UUID | None:
+    if text is None:
+        return None
+    try:
+        return uuid.UUID(text.strip())
+    except ValueError:
+        raise ConfigError(f"--reservation {text!r} is not a reservation id (a UUID)") from None
 
 
 class Command(BaseCommand):
@@ -43,6 +55,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--workspace", help="directory for job workspaces (default: JETENCODE_WORKSPACE_ROOT)"
+        )
+        parser.add_argument(
+            "--reservation",
+            metavar="ID",
+            help="run only this dedicated job's reservation, then exit (default uid: <host>-r<id>-<pid>)",
         )
 
     def handle(self, *args, **options):
@@ -77,8 +94,15 @@ class Command(BaseCommand):
         try:
             timing = Timing.from_settings(settings.JETENCODE)
             timing.validate()
+            reservation = parse_reservation(options["reservation"])
+            uid = options["uid"]
+            if uid is None:
+                uid = (
+                    f"{default_uid()}-r{str(reservation)[:8]}-{os.getpid()}" if reservation else default_uid()
+                )
             requested = {
-                "uid": check_uid(options["uid"] if options["uid"] is not None else default_uid()),
+                "reservation": reservation,
+                "uid": check_uid(uid),
                 "concurrency": (
                     parse_positive_int(options["concurrency"], "--concurrency", maximum=MAX_CONCURRENCY)
                     if options["concurrency"] is not None
@@ -98,7 +122,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from None
         return timing, requested
 
-    def make_worker(self, timing: Timing, *, uid, concurrency, categories, vram, workspace):
+    def make_worker(self, timing: Timing, *, uid, concurrency, categories, vram, workspace, reservation):
         """The Worker, with what the machine has filling in what the command line left out: slots
         (the CPU count), category limits and VRAM (the GPUs), and the catalog it registers."""
         from workers import capabilities
@@ -126,6 +150,7 @@ class Command(BaseCommand):
             timing,
             catalog,
             stderr=lambda text: self.stderr.write(text),
+            reservation_id=reservation,
         )
         return worker, cpus, gpus
 

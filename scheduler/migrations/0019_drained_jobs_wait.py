@@ -2,7 +2,8 @@
 started a new execution from the dispatch, so a single-worker install (./scripts/run) stopped with
 Ctrl-C and started again redid a transcode's completed stages. They stay pinned until another
 worker is active (the release pass moves them then) or the uid comes back and resumes them.
-Installs scheduler/sql/migrations/0017_drained_jobs_wait.sql (a delta: the three functions only)."""
+Installs scheduler/sql/migrations/0019_drained_jobs_wait.sql (a delta: other_worker_active_v2,
+release_jobs_v2, set_session_lifecycle_v2; signatures unchanged)."""
 
 from django.db import migrations
 
@@ -10,8 +11,8 @@ from scheduler.migrations import run_sql_file
 
 
 class Migration(migrations.Migration):
-    dependencies = [("scheduler", "0016_sample_once_a_minute")]
+    dependencies = [("scheduler", "0018_dedicated_execution")]
 
     operations = [
-        migrations.RunPython(run_sql_file("0017_drained_jobs_wait.sql"), migrations.RunPython.noop),
+        migrations.RunPython(run_sql_file("0019_drained_jobs_wait.sql"), migrations.RunPython.noop),
     ]
