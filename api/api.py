@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from django.urls import get_script_prefix
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Swagger
 
 from api import errors, jobs, openapi, outputs, playback, queue, stats, system, workers
 from api.auth import AUTH
@@ -63,6 +63,9 @@ api = JetEncodeAPI(
     auth=AUTH,
     openapi_url="/v2/openapi.json",
     docs_url="/v2/docs",
+    # Swagger UI from ninja's own static files ("ninja" is an installed app), and no online
+    # validator badge: the page makes no request beyond this server, so it works offline.
+    docs=Swagger(settings={"validatorUrl": None}),
     urls_namespace="jetencode-api",
     renderer=DisclosingRenderer(),
 )

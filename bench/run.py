@@ -38,6 +38,7 @@ MEASUREMENTS = (
     "quality",
     "farm",
     "peers",
+    "startup",
 )
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -122,7 +123,8 @@ PROFILES = {
         "peers_rounds": 1,
     },
 }
-# Not in the smoke set: media and quality (FFmpeg), farm (its own server), peers (procrastinate and
+# Not in the smoke set: media and quality (FFmpeg), farm (its own server), startup (its own embedded
+# server and a whole run command), peers (procrastinate and
 # pgqueuer, from the `dev` extra).
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "serialized", "wakeup", "web", "failover")
 CONCURRENCY = 4
@@ -362,6 +364,7 @@ class Runner:
             ("quality", self.measure_quality),
             ("farm", self.measure_farm),
             ("peers", self.measure_peers),
+            ("startup", self.measure_startup),
         ):
             if name in selected:
                 self.step(name, measure)
@@ -459,6 +462,11 @@ class Runner:
             keep_databases=self.args.keep_database,
             log=log,
         )
+
+    def measure_startup(self) -> dict:
+        from bench import startup
+
+        return startup.measure(self.workdir, log=log)
 
     def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
         p = self.profile
@@ -765,7 +773,7 @@ def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_table(report: dict) -> None:
-    from bench import failover, peers, quality, serialized
+    from bench import failover, peers, quality, serialized, startup
 
     results = report["results"]
     rows = (
@@ -778,6 +786,7 @@ def print_table(report: dict) -> None:
         + quality.table_rows(results.get("quality"))
         + _farm_rows(results)
         + peers.table_rows(results.get("peers"))
+        + startup.table_rows(results.get("startup"))
         + [
             (name, "ERROR", data["error"][:70])
             for name, data in results.items()

@@ -15,6 +15,7 @@ points that need a database start it first with `start_if_used()`: manage.py (fo
 import logging
 import os
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -41,6 +42,11 @@ def _pgserver():
         import pgserver
         import pgserver._commands
     return pgserver
+
+
+def data_dir() -> Path:
+    """Where the embedded server keeps its data (JETENCODE_EMBEDDED_PGDATA, default var/pgdata)."""
+    return _pgdata()
 
 
 def _server(pgdata: Path):
@@ -77,11 +83,25 @@ def start_if_used() -> None:
         ensure_running()
 
 
+# What this process's ensure_running() found and did, for the run command's narration:
+# {"action": "created" | "started" | "running", "seconds": float, "pgdata": Path}.
+last_start: dict | None = None
+
+
 def ensure_running() -> dict:
     """Start the embedded server if needed and return Django connection settings for it."""
+    global last_start
+    began = time.monotonic()
     pgdata = _pgdata()
     _clear_stale_pidfile(pgdata)
+    if not (pgdata / "PG_VERSION").exists():
+        action = "created"
+    elif not (pgdata / "postmaster.pid").exists():
+        action = "started"
+    else:
+        action = "running"
     _ensure_database(_server(pgdata))
+    last_start = {"action": action, "seconds": time.monotonic() - began, "pgdata": pgdata}
     return connection_settings()
 
 
@@ -96,6 +116,11 @@ def connection_settings() -> dict:
         "NAME": DATABASE_NAME,
         "PASSWORD": "",
     }
+
+
+def socket_dir_of(pgdata: Path) -> str:
+    """The socket directory of the server running on `pgdata` (a benchmark's own server, say)."""
+    return _socket_dir(pgdata)
 
 
 def _socket_dir(pgdata: Path) -> str:

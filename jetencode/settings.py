@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    # django-ninja's templates and static files: /v2/docs serves Swagger UI from here, not a CDN.
+    "ninja",
     "corsheaders",
     "jetencode",
     "scheduler",
@@ -146,6 +148,13 @@ if envbool("JETENCODE_SIMPLE_STATIC", False):
     # `runserver` (and the tests, in their settings) need no collectstatic step.
     STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 WHITENOISE_USE_FINDERS = True
+# Source maps (Swagger UI's are 5 MB) are fetched only by a developer's browser tools: compressing
+# them would double collectstatic's time for nothing (whitenoise.compress's list, plus "map").
+WHITENOISE_SKIP_COMPRESS_EXTENSIONS = (
+    *("jpg", "jpeg", "png", "gif", "webp", "zip", "gz", "tgz", "bz2", "tbz", "xz", "br", "swf", "flv"),
+    *("woff", "woff2", "3gp", "3gpp", "asf", "avi", "m4v", "mov", "mp4", "mpeg", "mpg", "webm", "wmv"),
+    "map",
+)
 
 # --- Security: production-safe by default; the dev run command relaxes what HTTP needs ---
 SECURE_HTTPS = envbool("JETENCODE_HTTPS", False)

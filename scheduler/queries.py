@@ -408,3 +408,9 @@ def job_stage_logs(job_id, lines: int) -> list[dict[str, Any]]:
 def worker_uids(*, live: bool = False, limit: int | None = None) -> list[str]:
     """Worker uids in order: all of them, or (live) the active ones with a fresh heartbeat."""
     return [row["uid"] for row in _rows("worker_uids", {"live": live, "stale": _stale(), "limit": limit})]
+
+
+def worker_of_process(hostname: str, pid: int) -> str | None:
+    """The uid that process `pid` on `hostname` registered as an active worker, else None."""
+    rows = _rows("worker_of_process", {"hostname": hostname, "pid": pid})
+    return rows[0]["uid"] if rows else None

@@ -105,6 +105,12 @@ def _version() -> str:
         return "dev"
 
 
+def _signal_words(signum: int) -> str:
+    """How a log line names what stopped us: SIGINT comes from Ctrl-C (directly or through the
+    run command, which passes the terminal's Ctrl-C on as SIGINT)."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -235,15 +241,20 @@ class Worker:
                 continue
             finally:
                 release_connection()
-            if previous and previous != self.session_id:
-                # A normal restart (the previous process drained, or died long ago) is routine; a
-                # session that was still heartbeating is another live process with our uid.
-                log.log(
-                    logging.WARNING if alive else logging.INFO,
-                    "uid %s was registered by session %s%s: that process is fenced out now",
+            if previous and previous != self.session_id and alive:
+                # Another live process with our uid: it is fenced out from now on.
+                log.warning(
+                    "uid %s was registered by session %s (still heartbeating): that process is fenced out now",
                     self.uid,
                     previous,
-                    " (still heartbeating)" if alive else "",
+                    extra=self.log_extra,
+                )
+            elif previous and previous != self.session_id:
+                # A normal restart: the previous process drained, or died long ago.
+                log.info(
+                    "worker %s restarted (previous session %s has stopped)",
+                    self.uid,
+                    previous,
                     extra=self.log_extra,
                 )
             return True
@@ -343,9 +354,10 @@ class Worker:
         self.phase = "draining"
         self.grace_deadline = time.monotonic() + self.timing.shutdown_grace
         log.info(
-            "%s: draining (no new claims; running stages get %gs; signal again to abort)",
-            signal.Signals(self._drain_signal).name,
+            "%s: draining (no new claims; running stages get %gs; %s to stop now)",
+            _signal_words(self._drain_signal),
             self.timing.shutdown_grace,
+            "press Ctrl-C again" if self._drain_signal == signal.SIGINT else "signal again",
             extra=self.log_extra,
         )
         self._stop_claims()
@@ -371,8 +383,8 @@ class Worker:
 
     def _abort(self, signum: int) -> int:
         self.phase = "stopping"
-        name = signal.Signals(signum).name
-        log.warning("%s: aborting now (stages killed and handed back)", name, extra=self.log_extra)
+        name = _signal_words(signum)
+        log.warning("%s again: aborting now (stages killed and handed back)", name, extra=self.log_extra)
         self._stop_claims()
         for run in self.runs.snapshot():
             run.abort(SHUTDOWN, f"worker aborted by {name}", kill_now=True)
@@ -461,7 +473,7 @@ class Worker:
                     )
                 elif moved:
                     log.info(
-                        "%s: %d job(s) pinned to this worker moved to other workers",
+                        "%s: %d job(s) pinned to this worker moved to the other workers",
                         lifecycle,
                         moved,
                         extra=self.log_extra,

@@ -37,6 +37,9 @@ SELECT
              AND w.lifecycle = 'active' AND w.last_heartbeat_at >= now() - make_interval(secs => %(lost)s))
       THEN coalesce((
         SELECT CASE
+                 WHEN (w.lifecycle = 'draining' OR w.left_at IS NOT NULL) AND NOT other_worker_active_v2(w.uid)
+                   THEN 'worker ' || w.uid || CASE WHEN w.lifecycle = 'draining' THEN ' is draining' ELSE ' has stopped' END
+                        || ' and no other worker is active: the job resumes when ' || w.uid || ' or another worker starts'
                  WHEN w.lifecycle = 'draining' THEN 'worker ' || w.uid || ' is draining: the job moves to another worker within seconds'
                  WHEN w.left_at IS NOT NULL THEN 'worker ' || w.uid || ' has left: the job moves to another worker within seconds'
                  WHEN has_local_work_v2(s.job_id, s.execution_id)
@@ -407,3 +410,10 @@ SELECT x.id, x.job_id, x.state, x.worker_uid, x.generation, x.last_error, x.prov
 FROM queue_reservations x WHERE x.job_id = %(job_id)s
 ORDER BY x.created_at DESC, x.id
 LIMIT %(limit)s;
+
+-- name: worker_of_process
+-- The uid of the active worker session that process `pid` on `hostname` registered, if any (the
+-- run command waits for its worker's row before it says JetEncode is up).
+SELECT uid FROM queue_workers
+WHERE hostname = %(hostname)s AND pid = %(pid)s AND lifecycle = 'active'
+LIMIT 1;

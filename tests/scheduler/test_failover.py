@@ -75,6 +75,7 @@ def test_draining_a_worker_moves_its_idle_jobs_at_once(make_worker_row, enqueue)
 
 def test_a_draining_worker_keeps_a_running_stage_then_lets_the_job_go(make_worker_row, enqueue):
     w3 = make_worker_row("w3")
+    make_worker_row("w4")  # somewhere to move to
     job = enqueue()
     dispatch = claim(w3)
     repository.drain_worker("w3")
@@ -93,6 +94,7 @@ def test_a_draining_worker_keeps_a_running_stage_then_lets_the_job_go(make_worke
 
 def test_a_session_that_says_offline_releases_its_jobs_in_the_same_transaction(make_worker_row, enqueue):
     uid, session = make_worker_row("leaving")
+    make_worker_row("staying")
     job = enqueue()
     dispatched_with_child((uid, session))
     assert repository.set_session_lifecycle(uid, session, "offline") == 1
@@ -102,14 +104,47 @@ def test_a_session_that_says_offline_releases_its_jobs_in_the_same_transaction(m
 
 def test_a_handed_back_dispatch_is_retried_unassigned_in_the_same_execution(make_worker_row, enqueue):
     uid, session = make_worker_row("leaving")
+    other = make_worker_row("other")
     job = enqueue()
     task = claim((uid, session))
     assert repository.release(lease_of(task, (uid, session)), "shutdown").outcome == "pending"
     assert repository.set_session_lifecycle(uid, session, "offline") == 1
     assert schedule(job)[:2] == (1, None)
     assert "its dispatch is retried by any worker" in job_log(job)
-    again = claim(make_worker_row("other"))
+    again = claim(other)
     assert (again.id, again.execution_id) == (task.id, 1)
+
+
+def test_with_no_other_worker_a_drained_job_waits_and_resumes_from_its_completed_stages(
+    make_worker_row, enqueue
+):
+    # ./scripts/run's one worker, stopped with Ctrl-C between two stages of a job and started again.
+    uid, session = make_worker_row("alone")
+    job = with_local_work((uid, session), enqueue)
+    progress = one("SELECT progress FROM jobs WHERE id = %s", [job])
+    assert repository.set_session_lifecycle(uid, session, "draining") == 0
+    assert repository.set_session_lifecycle(uid, session, "offline") == 0
+    assert repository.release_jobs(LOST, DELAY) == []  # nowhere to move it: it stays
+    assert schedule(job)[:2] == (1, "alone")
+    reason = queries.queue_entry(job).waiting_reason
+    assert (
+        reason
+        == "worker alone has stopped and no other worker is active: the job resumes when alone or another worker starts"
+    )
+    restarted = make_worker_row("alone")  # the same uid, a new session
+    second = claim(restarted)
+    assert (second.job_id, second.execution_id, second.placement) == (job, 1, "job")  # not a new execution
+    assert one("SELECT progress FROM jobs WHERE id = %s", [job]) == progress
+    assert moved().get("drained", 0) == 0
+
+
+def test_a_drained_job_that_waited_moves_once_another_worker_is_active(make_worker_row, enqueue):
+    uid, session = make_worker_row("gone")
+    job = with_local_work((uid, session), enqueue)
+    assert repository.set_session_lifecycle(uid, session, "offline") == 0
+    make_worker_row("newcomer")
+    (release,) = repository.release_jobs(LOST, DELAY)
+    assert (release.job_id, release.cause, release.execution_id) == (job, "drained", 2)
 
 
 def test_a_job_lost_in_its_dispatch_is_retried_by_any_worker_once_the_lease_ran_out(make_worker_row, enqueue):
@@ -249,6 +284,7 @@ def test_a_job_left_behind_by_a_worker_that_went_offline_on_purpose_moves_as_dra
     uid, session = make_worker_row("leaver")
     job = with_local_work((uid, session), enqueue)
     stage = claim((uid, session))
+    make_worker_row("another")  # somewhere to move to
     # The session says offline while the stage still runs (its hand-back failed): the job cannot move yet.
     assert repository.set_session_lifecycle(uid, session, "offline") == 0
     expire_lease(stage.id)

@@ -439,6 +439,8 @@ def test_an_idle_job_left_pinned_to_a_draining_worker_is_reported(make_worker_ro
     assert _pinned(3, 10, 5) == []
     # What a drain that forgot to release would leave: a draining worker with an idle pinned job.
     sql("UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = %s", [b[0]])
+    assert _pinned(3, 10, 5) == []  # no worker is active: nowhere to move it, so it rightly waits
+    make_worker_row("w-inv-c")
     assert _pinned(3, 10, 5) == [(on_b, b[0], "draining")]
 
 

@@ -66,12 +66,15 @@ def test_a_handler_that_ignores_its_context_is_timed_out_and_its_slot_freed(star
     assert worker.wait(15) == 0
 
 
-def test_a_restart_logs_the_fenced_session_at_info_and_a_live_one_at_warning(start_worker):
+def test_a_restart_logs_the_stopped_session_as_routine_and_a_live_one_at_warning(start_worker):
     first = start_worker("restarted")
+    first_session = first.session()
     assert first.drain() == 0
     second = start_worker("restarted")
-    [line] = [line for line in second.output().splitlines() if "fenced out now" in line]
-    assert "INFO" in line and "still heartbeating" not in line, line
+    # A clean restart reads as one: no "fenced out", nothing above INFO.
+    assert "fenced out" not in second.output(), second.output()
+    [line] = [line for line in second.output().splitlines() if "restarted (previous session" in line]
+    assert " INFO " in line and str(first_session) in line, line
     third = start_worker("restarted")  # while the second is alive and beating
     [line] = [line for line in third.output().splitlines() if "fenced out now" in line]
     assert "WARNING" in line and "still heartbeating" in line, line

@@ -572,7 +572,7 @@ def pinned_to_departed_workers(
 ) -> list[tuple]:
     """Idle jobs that should be moving off their worker (sampled during a soak): unfinished, not
     cancelling, not targeted, nothing running in the current execution, and pinned to a worker that
-    is draining, or silent longer than its failover delay (the lease without local work,
+    is draining while another worker is active, or silent longer than its failover delay (the lease without local work,
     `reassign_after` with it: a completed job-placement stage) + `grace_seconds`. Silence is counted
     from PostgreSQL's start when the server itself was down.
 
@@ -594,7 +594,9 @@ def pinned_to_departed_workers(
            AND s.cancel_requested_at IS NULL AND s.required_worker_uid IS NULL
            AND NOT EXISTS (SELECT 1 FROM queue_tasks q WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id
                                                          AND q.state = 'running' AND q.placement <> 'cluster'))
-      SELECT job_id, uid, current_session_id, 'draining', NULL::numeric FROM idle WHERE lifecycle = 'draining'
+      -- With no other worker active a drained worker's jobs wait for it (other_worker_active_v2).
+      SELECT job_id, uid, current_session_id, 'draining', NULL::numeric FROM idle
+       WHERE lifecycle = 'draining' AND other_worker_active_v2(uid)
       UNION ALL
       SELECT job_id, uid, current_session_id, 'silent',
              round(extract(epoch FROM now() - heard_at)::numeric

@@ -1,23 +1,34 @@
 """Run the whole system from one terminal: web (gunicorn, no autoreloader) and one worker.
 
-Each child runs in a process group of its own, so a Ctrl-C in the terminal (SIGINT to this
-command's process group) reaches this process only, once, and this process tells each child once:
-SIGTERM, on which the worker drains (it hands back whatever it cannot finish in its grace period)
-and gunicorn shuts down gracefully. A second Ctrl-C (or SIGTERM) is passed on as a second signal:
-the worker aborts (its stages killed and handed back); a third kills what is left. The children die
-with this process (PR_SET_PDEATHSIG) if it is killed outright.
+It says what each start-up phase did and how long it took (jetencode/startup.py), prints
+"JetEncode is up" only once the dashboard answers an HTTP GET and the worker's row is active, and
+supervises the two children (jetencode/children.py: the worker drains first on Ctrl-C while the web
+keeps answering). The web's access log goes to var/log/web.log; the terminal shows the worker's
+log and the web's errors, each line prefixed `worker | ` or `web    | `.
 """
 
-import ctypes
+from __future__ import annotations
+
+import io
 import os
-import signal
-import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connection
+from django.db.migrations.executor import MigrationExecutor
+
+from jetencode import embedded_db, startup
+from jetencode.children import Child, Supervisor
+from jetencode.env import envstr
+from scheduler.constants import TERMINAL_STATUSES
+from scheduler.models import Job
+
+UP_TIMEOUT_SECONDS = 120.0
 
 
 class Command(BaseCommand):
@@ -30,72 +41,172 @@ class Command(BaseCommand):
         parser.add_argument("--worker-args", default="", help="Extra arguments for runworker")
 
     def handle(self, *args, bind, no_worker, no_demo, worker_args, **options):
-        call_command("migrate", interactive=False, verbosity=0)
-        self.stdout.write("Database migrated.")
-        call_command("collectstatic", interactive=False, verbosity=0)
-        if not no_demo:
-            try:
-                call_command("seed_demo")
-            except Exception as exc:  # demo media is a convenience; never block start-up on it
-                self.stderr.write(f"Demo media skipped: {exc}")
-        # Named like the processes they would be started as (manage.py named this one jetencode-runall).
-        env = {**os.environ, "JETENCODE_APPLICATION_NAME": "jetencode-web"}
-        worker_env = {**os.environ, "JETENCODE_APPLICATION_NAME": "jetencode-runworker"}
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        children = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "-c",
-                    str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
-                    "--bind",
-                    bind,
-                    "jetencode.wsgi:application",
-                ],
-                env=env,
-                **_OWN_GROUP,
-            )
-        ]
+        self._lock = threading.Lock()
+        narrator = startup.Narrator(self._write)
+        try:
+            self._prepare(narrator, no_demo)
+        except KeyboardInterrupt:  # before anything was started: no traceback, nothing to stop
+            self._write("Ctrl-C during start-up: stopped before the web server and the worker started.")
+            self._write(_stopped_line())
+            raise SystemExit(130) from None
+        children_started = time.monotonic()
+        web = Child("web", self._gunicorn_argv(bind), _child_env("jetencode-web"), self._write)
+        worker = None
         if not no_worker:
-            children.append(
-                subprocess.Popen([*manage, "runworker", *worker_args.split()], env=worker_env, **_OWN_GROUP)
-            )
-        call_command("ensure_admin")
-        self.stdout.write(
-            f"JetEncode is up: http://{bind}/dashboard/  (admin: http://{bind}/admin/). Ctrl-C stops."
+            argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runworker", *worker_args.split()]
+            worker = Child("worker", argv, _child_env("jetencode-runworker"), self._write)
+        supervisor = Supervisor(web, worker, self._write, settings.JETENCODE["SHUTDOWN_GRACE_SECONDS"])
+        supervisor.install()
+        admin = io.StringIO()
+        call_command("ensure_admin", stdout=admin)
+        narrator.say(admin.getvalue().strip())
+        up = self._wait_until_up(narrator, supervisor, bind, children_started)
+        if up:
+            self._say_up(narrator, bind)
+        supervisor.run()
+        waiting = _unfinished_jobs()
+        if waiting:
+            self._write(f"{waiting} unfinished job(s) wait in the queue; the next start resumes them.")
+        self._write(_stopped_line())
+        if supervisor.failed:
+            raise CommandError("JetEncode did not run as it should: see the lines above.")
+
+    def _write(self, line: str) -> None:
+        # The children's copier threads write too: whole lines, one at a time.
+        with self._lock:
+            self.stdout.write(line)
+            self.stdout.flush()
+
+    def _prepare(self, narrator: startup.Narrator, no_demo: bool) -> None:
+        narrator.done(*_database_phase())
+        narrator.begin()
+        executor = MigrationExecutor(connection)
+        pending = len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
+        call_command("migrate", interactive=False, verbosity=0)
+        narrator.done(
+            f"database migrated: {pending} migration(s) applied" if pending else "database up to date"
+        )
+        call_command("collectstatic", interactive=False, verbosity=0)
+        narrator.done("static files collected")
+        if not no_demo:
+            seeded = io.StringIO()
+            try:
+                call_command("seed_demo", stdout=seeded)
+            except Exception as exc:  # demo media is a convenience; never block start-up on it
+                narrator.done(f"demo media skipped: {exc}")
+            else:
+                line = seeded.getvalue().strip().rstrip(".")
+                narrator.done(line[:1].lower() + line[1:] if line else "demo media already seeded")
+
+    def _gunicorn_argv(self, bind: str) -> list[str]:
+        log_dir = settings.VAR_DIR / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
+            "--bind",
+            bind,
+            # The terminal is the worker's: requests go to a file, the web's warnings and errors
+            # (a port in use, a traceback) stay in the terminal.
+            "--access-logfile",
+            str(log_dir / "web.log"),
+            "--error-logfile",
+            "-",
+            "--log-level",
+            "warning",
+            # One person's dashboard: 2 processes × 4 threads are plenty, and each further process
+            # imports Django at start, on the cores the worker is starting on.
+            *([] if os.environ.get("GUNICORN_WORKERS") else ["--workers", "2"]),
+            "jetencode.wsgi:application",
+        ]
+
+    def _wait_until_up(
+        self, narrator: startup.Narrator, supervisor: Supervisor, bind: str, began: float
+    ) -> bool:
+        """Poll until the dashboard answers and the worker's row is active; False if a child
+        exits, a Ctrl-C comes or UP_TIMEOUT_SECONDS pass first. Times count from `began`, when the
+        children were started."""
+        url = startup.local_url(bind, "/dashboard/")
+        web_up = False
+        worker_uid = None if supervisor.worker else "-"
+        while time.monotonic() - began < UP_TIMEOUT_SECONDS:
+            if supervisor.stop_requested() or not all(c.running() for c in supervisor.children()):
+                return False
+            if not web_up and startup.answers(url):
+                web_up = True
+                narrator.done(
+                    f"web server answering at {startup.local_url(bind, '/')}", time.monotonic() - began
+                )
+            if worker_uid is None:
+                worker_uid = startup.registered_worker(supervisor.worker.pid)
+                if worker_uid:
+                    narrator.done(f"worker {worker_uid} registered and claiming", time.monotonic() - began)
+            if web_up and worker_uid:
+                return True
+            time.sleep(0.1)
+        supervisor.give_up(
+            f"Not up after {UP_TIMEOUT_SECONDS:g} s (web answering: {web_up}, worker registered: "
+            f"{bool(worker_uid)}): stopping."
+        )
+        return False
+
+    def _say_up(self, narrator: startup.Narrator, bind: str) -> None:
+        web_log = _shown_path(settings.VAR_DIR / "log" / "web.log")
+        narrator.say(
+            f"JetEncode is up ({narrator.total():.1f} s since the start): {startup.local_url(bind, '/dashboard/')}"
+        )
+        self._write(
+            f"    admin {startup.local_url(bind, '/admin/')} · API docs {startup.local_url(bind, '/v2/docs')}"
+            f" · web access log {web_log} · Ctrl-C stops (the worker drains first)"
         )
 
-        signals_seen = 0
 
-        def stop(signum, frame):  # noqa: ARG001
-            # Only this process hears the terminal (the children have groups of their own): pass
-            # each Ctrl-C on exactly once. First: drain. Second: abort. Third: kill.
-            nonlocal signals_seen
-            signals_seen += 1
-            for child in children:
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM if signals_seen <= 2 else signal.SIGKILL)
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        while any(child.poll() is None for child in children):
-            if not signals_seen and any(child.poll() is not None for child in children):
-                self.stderr.write("A process exited; stopping the others.")
-                stop(signal.SIGTERM, None)
-            time.sleep(0.2)
-        return None
+def _child_env(application_name: str) -> dict[str, str]:
+    # Named like the processes they would be started as; unbuffered so lines reach the terminal
+    # as they are written.
+    return {**os.environ, "JETENCODE_APPLICATION_NAME": application_name, "PYTHONUNBUFFERED": "1"}
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when runall dies (Linux; elsewhere a no-op)."""
+def _shown_path(path: Path) -> str:
+    """A path relative to the working directory when it lies below it (var/log/web.log)."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
-# A group of its own, so the terminal's SIGINT reaches the child only through runall, once; no
-# stdin, so a child outside the foreground group never stops on a terminal read.
-_OWN_GROUP = {"process_group": 0, "stdin": subprocess.DEVNULL, "preexec_fn": _die_with_parent}
+def _database_phase() -> tuple[str, float]:
+    """What the database start did and how long it took (manage.py started the embedded server)."""
+    if envstr("DATABASE_URL"):
+        began = time.monotonic()
+        connection.ensure_connection()
+        db = settings.DATABASES["default"]
+        return f"PostgreSQL at {db['HOST']}:{db['PORT']}/{db['NAME']} answers", time.monotonic() - began
+    start = embedded_db.last_start or {"action": "running", "seconds": 0.0, "pgdata": Path("var/pgdata")}
+    where = _shown_path(start["pgdata"])
+    words = {
+        "created": f"embedded PostgreSQL created in {where} and started",
+        "started": f"embedded PostgreSQL started ({where})",
+        "running": f"embedded PostgreSQL already running ({where})",
+    }
+    return words[start["action"]], start["seconds"]
+
+
+def _unfinished_jobs() -> int:
+    try:
+        return Job.objects.exclude(status__in=TERMINAL_STATUSES).count()
+    except DatabaseError:  # the server went away meanwhile: nothing to add
+        return 0
+
+
+def _stopped_line() -> str:
+    if envstr("DATABASE_URL"):
+        return "JetEncode stopped."
+    python = _shown_path(Path(sys.executable))
+    return (
+        f"JetEncode stopped. Still running: the embedded PostgreSQL ({_shown_path(embedded_db.data_dir())}), "
+        f"kept for the next start; to stop it: {python} manage.py embedded_db stop"
+    )

@@ -9,6 +9,7 @@
 -- Failover refines DECISIONS 5. A job's job-placement stages stay with its assigned worker only
 -- while that is worth something:
 --   drained           the worker is draining or said offline on purpose: its idle pinned jobs move at once
+--                     when another worker is active (else they wait for it or for this uid's return)
 --   evacuated         an operator evacuated the worker: every pinned job moves, running stages included
 --   lost_in_dispatch  the worker is lost (no heartbeat for a lease) and the job has no local work
 --   lost_after_delay  the worker is lost longer than JETENCODE_REASSIGN_AFTER_SECONDS and the job has
@@ -80,6 +81,16 @@ LANGUAGE sql STABLE AS $$
   SELECT EXISTS (SELECT 1 FROM queue_tasks q
                   WHERE q.job_id = p_job AND q.execution_id = p_execution
                     AND q.state = 'completed' AND q.placement = 'job')
+$$;
+
+-- Whether a worker other than p_uid is active: someone a drained worker's jobs could move to.
+-- Without one, moving them would only throw their completed stages away (a move starts a new
+-- execution from the dispatch) for nothing: the next worker to claim them is p_uid itself,
+-- restarted, with the workspace its completed stages left. So they stay pinned to it until
+-- another worker is active (the release pass moves them then) or it comes back and resumes them.
+CREATE OR REPLACE FUNCTION other_worker_active_v2(p_uid text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM queue_workers w WHERE w.uid <> p_uid AND w.lifecycle = 'active')
 $$;
 
 -- A duration for people: '37s', '4m12s', '1h05m' (rounded up to the second, never negative).
@@ -253,7 +264,7 @@ $$;
 
 -- The recovery loop's release pass (every worker runs it each round, after recover_expired_v1):
 -- pinned jobs with work waiting and nothing running, on a worker that is draining or left on
--- purpose (drained: it said offline itself, left_at) or lost. A worker is lost when it has sent no heartbeat for p_lost_seconds (the lease: by then every
+-- purpose (drained: it said offline itself, left_at; only once another worker is active) or lost. A worker is lost when it has sent no heartbeat for p_lost_seconds (the lease: by then every
 -- lease it held has run out): lost_in_dispatch without local work, lost_after_delay with local
 -- work once the silence exceeds p_reassign_after. Cheap when nothing is wrong: the candidates are
 -- found from the (few) draining or silent worker rows.
@@ -267,7 +278,7 @@ BEGIN
     SELECT * FROM (
       SELECT s.job_id AS job, w.uid, CASE
                WHEN w.lifecycle = 'draining' OR (w.lifecycle = 'offline' AND w.left_at IS NOT NULL)
-                 THEN 'drained'
+                 THEN CASE WHEN other_worker_active_v2(w.uid) THEN 'drained' END
                WHEN w.last_heartbeat_at >= now() - make_interval(secs => p_lost_seconds) THEN NULL
                WHEN NOT has_local_work_v2(s.job_id, s.execution_id) THEN 'lost_in_dispatch'
                WHEN w.last_heartbeat_at < now() - make_interval(secs => p_reassign_after) THEN 'lost_after_delay'
@@ -305,7 +316,8 @@ $$;
 -- it says offline, so by then every pinned job is idle. Saying offline also records left_at, so a
 -- job that could not move at that moment (busy finishing a webhook, a hand-back that failed) is
 -- still treated as drained by the release pass, not as lost: a worker that left on purpose is not
--- coming back for its local work. Returns how many jobs moved.
+-- coming back for its local work. With no other worker active nothing moves (other_worker_active_v2):
+-- the jobs wait for this uid's return or for another worker. Returns how many jobs moved.
 CREATE OR REPLACE FUNCTION set_session_lifecycle_v2(p_uid text, p_session uuid, p_lifecycle text) RETURNS int
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -315,7 +327,7 @@ BEGIN
   IF NOT FOUND THEN
     RETURN NULL;
   END IF;
-  IF p_lifecycle = 'active' THEN
+  IF p_lifecycle = 'active' OR NOT other_worker_active_v2(p_uid) THEN
     RETURN 0;
   END IF;
   RETURN release_worker_jobs_v2(p_uid, 'drained', false);
