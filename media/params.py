@@ -14,9 +14,12 @@ from collections import Counter
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from media.paths import UnsafePathError, check_relative, resolve_media_path
 from media.probe import reference_problem
+from media.sources.guard import MAX_URL_CHARS, UnsafeSourceURL, fetch_allows_http
+from media.sources.guard import check_shape as check_source_shape
 
 Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -132,9 +135,16 @@ class Params(BaseModel):
 
 
 class SingleInput(Params):
-    """Types that read one video: exactly one of `input` (media-root-relative path) or `video_id`."""
+    """Types that read one video: exactly one of `input` (media-root-relative path), `input_url`
+    (fetched by the dispatch stage, media.sources) or `video_id`."""
 
     input: str | None = Field(None, description="Path relative to the media root")
+    input_url: str | None = Field(
+        None,
+        max_length=MAX_URL_CHARS,
+        description="https:// URL (http:// when JETENCODE_FETCH_ALLOW_HTTP is on) or s3://bucket/key, "
+        "fetched into the source cache before the job runs",
+    )
     video_id: uuid.UUID | None = Field(None, description="A media-library asset")
 
     @field_validator("input")
@@ -142,10 +152,28 @@ class SingleInput(Params):
     def _input_is_safe(cls, value: str | None) -> str | None:
         return None if value is None else _check_media_file(value, "input")
 
+    @field_validator("input_url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        # The shape only; the addresses are checked at submission and again at each connection.
+        if value is not None:
+            try:
+                check_source_shape(value, allow_http=fetch_allows_http())
+            except UnsafeSourceURL as exc:
+                raise ValueError(f"input_url {exc}") from None
+        return value
+
     @model_validator(mode="after")
     def _one_source(self):
-        if (self.input is None) == (self.video_id is None):
-            raise ValueError("give exactly one of input (a path under the media root) or video_id")
+        given = [name for name in ("input", "input_url", "video_id") if getattr(self, name) is not None]
+        if len(given) != 1:
+            # Named in the error's field: the extra source when there are several, else `input`.
+            field = next((name for name in given if name != "input"), "input") if given else "input"
+            raise PydanticCustomError(
+                "one_source",
+                "give exactly one of input (a path under the media root), input_url or video_id",
+                {"field": field},
+            )
         return self
 
 
@@ -314,8 +342,20 @@ class PublicScanParams(ScanParams):
     )
 
 
+def _library_file_only(value: str | None, job_type: str) -> str | None:
+    # These types keep a library record of the file they read: a cached download is not one.
+    if value is not None:
+        raise ValueError(
+            f"{job_type} works on files of the media root: give input or video_id, not input_url"
+        )
+    return value
+
+
 class ValidateParams(SingleInput):
-    pass
+    @field_validator("input_url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        return _library_file_only(value, "validate")
 
 
 class MoveToLibraryParams(SingleInput):
@@ -336,6 +376,11 @@ class MoveToLibraryParams(SingleInput):
         except UnsafePathError as exc:
             raise ValueError(str(exc)) from None
         return check_relative(value, what="input").as_posix()
+
+    @field_validator("input_url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        return _library_file_only(value, "move_to_library")
 
     @field_validator("target_directory")
     @classmethod

@@ -258,7 +258,7 @@ def compile_render(ctx: StageContext) -> dict:
 @stage("compile_gif")
 def compile_gif(ctx: StageContext) -> dict:
     params = stage_params(ctx, "compile_gif")
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     info = probe_media(source.path)
     if params.start >= info.duration_seconds:
         raise PermanentFailure(f"start {params.start}s is beyond the video's {info.duration_seconds:.2f}s")

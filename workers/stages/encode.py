@@ -46,7 +46,7 @@ def safe_stem(name: str, fallback: str = "video") -> str:
 @stage("reencode_streaming")
 def reencode_streaming(ctx: StageContext) -> dict:
     params = stage_params(ctx, "reencode_streaming")
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     staged = stage_input(ctx, source.path)
     info = probe_media(staged)
     choice = choose_resource(ctx)
@@ -167,7 +167,7 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
 def thumbnail_generate(ctx: StageContext) -> dict:
     """Cheap enough to do in the dispatch stage; it reads the (re-checked) source in place."""
     params = stage_params(ctx, "thumbnail_generate")
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     info = probe_media(source.path)
     at = params.timestamp if params.timestamp is not None else info.duration_seconds * 0.25
     at = min(at, max(0.0, info.duration_seconds - 0.1))
