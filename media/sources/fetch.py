@@ -12,6 +12,7 @@ only through `guard.redact` (no user info, no query string: presigned credential
 from __future__ import annotations
 
 import http.client
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -156,6 +157,10 @@ def _open(job: Job, policy: guard.Policy, headers: dict[str, str]):
             response = conn.getresponse()
         except guard.UnsafeSourceURL as exc:
             raise PermanentFetchError(f"input_url refused at {guard.redact(url)}: {exc}") from None
+        except ssl.SSLCertVerificationError as exc:
+            raise PermanentFetchError(
+                f"input_url {guard.redact(url)}: the TLS certificate is not trusted ({exc.verify_message})"
+            ) from None
         except (OSError, http.client.HTTPException) as exc:
             raise _Broken(f"cannot reach {guard.redact(url)}: {exc or type(exc).__name__}") from None
         location = response.getheader("Location")
