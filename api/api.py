@@ -11,6 +11,7 @@ from ninja import NinjaAPI
 
 from api import errors, jobs, openapi, outputs, queue, stats, system, workers
 from api.auth import AUTH
+from api.rendering import DisclosingRenderer
 
 DESCRIPTION = """\
 Create media jobs and follow them; steer the queue; watch workers.
@@ -48,6 +49,7 @@ api = JetEncodeAPI(
     openapi_url="/v2/openapi.json",
     docs_url="/v2/docs",
     urls_namespace="jetencode-api",
+    renderer=DisclosingRenderer(),
 )
 errors.install(api)
 

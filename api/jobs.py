@@ -26,12 +26,10 @@ from api.schemas import (
     Text,
 )
 from media import failures, links, submission
-from media.disclosure import for_viewer
 from media.jobtypes import JOB_TYPES
 from media.quality import job_quality
 from scheduler import queries
 from scheduler.models import Job, JobOutput
-from scheduler.permissions import can_operate
 from scheduler.repository import JobNotFound
 
 router = Router(tags=["jobs"])
@@ -40,11 +38,6 @@ JOB_LOG_TAIL_LINES = 100
 TASK_LOG_TAIL_LINES = 20
 # Deep pages: OFFSET scans and discards every row before the page; past this, filter instead.
 MAX_OFFSET = 10_000
-
-
-def _shown(request: HttpRequest, data: dict) -> dict:
-    """Viewers get the response without webhook query strings, file paths and FFmpeg argv."""
-    return data if can_operate(request.auth.user) else for_viewer(data)
 
 
 def pagination(page: int, limit: int, total: int) -> dict[str, int]:
@@ -202,13 +195,11 @@ def list_jobs(
         )
     jobs = queries.job_list(limit=limit, offset=offset, **filters)
     stages = queries.failed_stages([job.id for job in jobs if job.status == "failed"])
-    return _shown(
-        request,
-        {
-            "data": [job_summary(job, stages.get(job.id)) for job in jobs],
-            "pagination": pagination(page, limit, queries.job_count(**filters)),
-        },
-    )
+    # Viewers and read tokens get every response through media.disclosure (api.rendering).
+    return {
+        "data": [job_summary(job, stages.get(job.id)) for job in jobs],
+        "pagination": pagination(page, limit, queries.job_count(**filters)),
+    }
 
 
 @router.get(
@@ -217,7 +208,7 @@ def list_jobs(
 def get_job_detail(request: HttpRequest, job_id: UUID):
     """Status, progress, params, timestamps, attempts, the stages of the current execution with
     their states and progress, published outputs, the job log tail and the queue entry."""
-    return _shown(request, job_detail(request, get_job(job_id)))
+    return job_detail(request, get_job(job_id))
 
 
 @router.get(
@@ -255,7 +246,7 @@ def list_job_tasks(
         }
         for t in tasks
     ]
-    return _shown(request, {"job_id": job.id, "data": data})
+    return {"job_id": job.id, "data": data}
 
 
 types_router = Router(tags=["jobs"])

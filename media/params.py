@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from media.paths import UnsafePathError, check_relative, resolve_media_path
+from media.paths import UnsafePathError, check_relative, open_media_file, resolve_media_path
 from media.probe import reference_problem
 from media.sources.guard import MAX_URL_CHARS, UnsafeSourceURL, fetch_allows_http
 from media.sources.guard import check_shape as check_source_shape
@@ -37,12 +37,13 @@ MAX_INPUTS = 64
 
 
 def _check_media_file(value: str, what: str) -> str:
+    # Opened by descriptor (media.paths.open_media_file), and only the descriptor is read.
     try:
-        path = resolve_media_path(value, what=what, kind="file", must_exist=True)
+        with open_media_file(value, what=what) as (fd, path):
+            # A playlist or concat list makes FFmpeg read the files it names, anywhere (media.probe).
+            problem = reference_problem(f"/proc/self/fd/{fd}", name=path.name)
     except UnsafePathError as exc:
         raise ValueError(str(exc)) from None
-    # A playlist or concat list makes FFmpeg read the files it names, anywhere (media.probe).
-    problem = reference_problem(path)
     if problem:
         raise ValueError(f"{what} {problem}")
     return check_relative(value, what=what).as_posix()

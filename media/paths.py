@@ -6,13 +6,26 @@ the worker just before FFmpeg sees it, because the filesystem may have changed i
 planted after submission must not let a job read outside the root).
 
 FFmpeg reads a file name as a protocol when it looks like `scheme:` and as an option when it starts
-with `-`, so both are refused here, and the argv builders only ever receive absolute paths.
+with `-`, so both are refused here, and the argv builders only ever receive absolute paths. Its
+image2 reader (and PyAV's) reads a name with `%` as a numbered sequence (`shot%d.png` opens
+`shot0.png`, `shot1.png`, ..., symlinks followed), so `%` is refused in every name too.
+
+Checking a name is not enough on its own: the filesystem can change between the check and the use.
+So the worker opens inputs by file descriptor (`open_media_file`): the name is resolved and checked,
+then each component of the *resolved* path is opened with O_NOFOLLOW from the resolved root, and
+only that descriptor is read (copied or linked into the workspace). A symlink planted in between
+makes the open fail instead of leading outside. docs/security.md, "Containment".
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import re
+import stat
 import uuid
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from django.conf import settings
@@ -51,6 +64,10 @@ def check_relative(rel: str, *, what: str = "path") -> PurePosixPath:
         raise UnsafePathError(f"{what} contains a control character")
     if "\\" in rel:
         raise UnsafePathError(f"{what} contains a backslash; use / to separate directories")
+    if "%" in rel:
+        raise UnsafePathError(
+            f"{what} contains '%', which FFmpeg reads as an image-sequence pattern (shot%d.png); rename the file"
+        )
     if rel.startswith("/") or rel.startswith("~"):
         raise UnsafePathError(f"{what} must be relative to the media root, not absolute")
     # FFmpeg reads a protocol from the start of the name, including option forms such as
@@ -94,20 +111,56 @@ def resolve_under(
     """Resolve `rel` under `root`, following symlinks, and refuse anything that lands outside it.
 
     kind: None (anything), "file" or "dir" — checked only when the path exists or must_exist.
+    A symlink loop, a directory that may not be searched or a name too long for the filesystem is
+    an UnsafePathError (a 4xx at submission, a clean stage failure in a worker), never an OSError.
     """
     clean = check_relative(rel, what=what)
     root = root.resolve()
-    resolved = (root / clean).resolve(strict=False)
-    if not resolved.is_relative_to(root):
-        raise UnsafePathError(f"{what} resolves outside the media root (a symlink escapes it)")
-    if must_exist and not resolved.exists():
+    try:
+        resolved = (root / clean).resolve(strict=False)
+        if not resolved.is_relative_to(root):
+            raise UnsafePathError(f"{what} resolves outside the media root (a symlink escapes it)")
+        found = _lstat_or_none(resolved)
+    except RuntimeError:  # Path.resolve on a loop (Python 3.11 raises RuntimeError)
+        raise UnsafePathError(f"{what} {str(clean)!r} is a symlink loop") from None
+    except OSError as exc:
+        raise UnsafePathError(f"{what} {str(clean)!r} {_os_problem(exc)}") from None
+    if must_exist and found is None:
         raise UnsafePathError(f"{what} {str(clean)!r} does not exist under the media root")
-    if resolved.exists():
-        if kind == "file" and not resolved.is_file():
+    if found is not None:
+        if kind == "file" and not stat.S_ISREG(found.st_mode):
             raise UnsafePathError(f"{what} {str(clean)!r} is not a regular file")
-        if kind == "dir" and not resolved.is_dir():
+        if kind == "dir" and not stat.S_ISDIR(found.st_mode):
             raise UnsafePathError(f"{what} {str(clean)!r} is not a directory")
     return resolved
+
+
+def _lstat_or_none(path: Path) -> os.stat_result | None:
+    """The resolved path's own status, or None when it does not exist. A resolved path has no
+    symlink left in it, except a dangling or looping last component: those count as missing."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    if stat.S_ISLNK(found.st_mode):
+        return None
+    return found
+
+
+def _os_problem(exc: OSError) -> str:
+    """A user-safe phrase for an OSError met while resolving or opening a name (no paths in it)."""
+    reasons = {
+        errno.ELOOP: "is a symlink loop or changed into a symlink while it was opened",
+        errno.EACCES: "is not readable by the worker (permission denied)",
+        errno.EPERM: "is not readable by the worker (operation not permitted)",
+        errno.ENAMETOOLONG: "is a name too long for the filesystem",
+        errno.ENOENT: "does not exist under the media root",
+        errno.ENOTDIR: "does not exist under the media root (a parent is not a directory)",
+        errno.ENXIO: "is not a regular file",
+    }
+    return reasons.get(exc.errno, f"cannot be opened ({exc.strerror or 'I/O error'})")
 
 
 def resolve_media_path(
@@ -115,6 +168,94 @@ def resolve_media_path(
 ) -> Path:
     """The absolute, symlink-resolved path of `rel` under JETENCODE_MEDIA_ROOT."""
     return resolve_under(media_root(), rel, what=what, must_exist=must_exist, kind=kind)
+
+
+@contextlib.contextmanager
+def open_media_file(rel: str, *, what: str = "input") -> Iterator[tuple[int, Path]]:
+    """Open a user's file under the media root by descriptor: yields (fd, resolved path).
+
+    The name is checked and resolved (`resolve_media_path`), then opened component by component
+    from the resolved root with O_NOFOLLOW, so what is read is the file the check approved even if
+    a symlink was planted since. Read the descriptor (or `/proc/self/fd/<fd>`), never the name."""
+    root = media_root()
+    path = resolve_under(root, rel, what=what, must_exist=True, kind="file")
+    try:
+        fd = open_beneath(root, path.relative_to(root).parts)
+    except OSError as exc:
+        raise UnsafePathError(
+            f"{what} {check_relative(rel, what=what).as_posix()!r} {_os_problem(exc)}"
+        ) from None
+    try:
+        yield fd, path
+    finally:
+        os.close(fd)
+
+
+def open_beneath(root: Path, parts: tuple[str, ...] | list[str], *, directory: bool = False) -> int:
+    """A read-only descriptor for root/parts, every component opened with O_NOFOLLOW relative to
+    its parent's descriptor: no symlink is followed below `root`. The last component must be a
+    regular file (or, with directory=True, a directory). Raises OSError (ELOOP for a symlink)."""
+    if not parts:
+        raise OSError(errno.ENOENT, "no name under the root")
+    current = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            current = _step(current, part, os.O_DIRECTORY)
+        last_flags = os.O_DIRECTORY if directory else os.O_NONBLOCK  # a FIFO must not block the open
+        current = _step(current, parts[-1], last_flags)
+        mode = os.fstat(current).st_mode
+        if not (stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode)):
+            raise OSError(errno.ENXIO, "not a regular file" if not directory else "not a directory")
+        if not directory:
+            os.set_blocking(current, True)
+        return current
+    except BaseException:
+        os.close(current)
+        raise
+
+
+def _step(parent_fd: int, name: str, flags: int) -> int:
+    """Open `name` under `parent_fd` without following a symlink; the parent is closed only when
+    the open succeeded (on failure the caller still owns it and closes it)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | flags, dir_fd=parent_fd)
+    os.close(parent_fd)
+    return fd
+
+
+@contextlib.contextmanager
+def open_media_dir(rel: str, *, what: str = "directory", create: bool = False) -> Iterator[int]:
+    """A directory under the media root by descriptor (O_NOFOLLOW components, as `open_media_file`),
+    created component by component when `create`: write into it with dir_fd, never by name."""
+    clean = check_relative(rel, what=what) if rel not in ("", ".") else PurePosixPath()
+    # Refuse a name that resolves elsewhere before creating anything along it.
+    if clean.parts:
+        resolve_media_path(rel, what=what, kind="dir")
+    current = os.open(media_root(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in clean.parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=current)
+            current = _step(current, part, os.O_DIRECTORY)
+    except OSError as exc:
+        os.close(current)
+        raise UnsafePathError(f"{what} {clean.as_posix()!r} {_os_problem(exc)}") from None
+    try:
+        yield current
+    finally:
+        os.close(current)
+
+
+def resolved_parent(rel: str, *, what: str = "path") -> tuple[str, str]:
+    """(the resolved parent directory relative to the media root, the last name) of `rel`: where a
+    file may be renamed or created by directory descriptor (`open_media_dir`). The parent is
+    resolved (symlinked directories inside the root are fine), the last name is not followed."""
+    clean = check_relative(rel, what=what)
+    parent = clean.parent.as_posix()
+    if parent in ("", "."):
+        return "", clean.name
+    resolved = resolve_media_path(parent, what=what, kind="dir")
+    return relative_to_media_root(resolved), clean.name
 
 
 def relative_to_media_root(path: Path) -> str:

@@ -201,14 +201,14 @@ def _open(path: Path) -> av.container.InputContainer:
         raise ProbeError(path, f"not a readable media file ({exc})") from exc
 
 
-def reference_problem(path: Path | str) -> str | None:
+def reference_problem(path: Path | str, *, name: str | None = None) -> str | None:
     """Why `path` may not be an input (a playlist or another file that refers to files), or None.
 
     By extension first, then by the format FFmpeg itself probes (a playlist renamed .mp4 is still
     found when FFmpeg would read it as one). Files FFmpeg cannot read at all are not this check's
     business: the validate stage marks them invalid."""
     path = Path(path)
-    if path.suffix.lower() in REFERENCE_EXTENSIONS:
+    if Path(name or path.name).suffix.lower() in REFERENCE_EXTENSIONS:
         return REFERENCE_REFUSAL
     try:
         container = av.open(str(path), mode="r", metadata_errors="ignore", container_options=input_options())
@@ -220,11 +220,13 @@ def reference_problem(path: Path | str) -> str | None:
     return None
 
 
-def probe(path: Path | str) -> MediaInfo:
+def probe(path: Path | str, *, name: str | None = None) -> MediaInfo:
+    """`name`: the user's file name when `path` is a descriptor's /proc/self/fd path (its extension
+    and the messages come from it)."""
     path = Path(path)
     size = _size_of(path)
-    if path.suffix.lower() in REFERENCE_EXTENSIONS:
-        raise ProbeError(path, f"not a media file: it {REFERENCE_KIND}")
+    if Path(name or path.name).suffix.lower() in REFERENCE_EXTENSIONS:
+        raise ProbeError(name or path, f"not a media file: it {REFERENCE_KIND}")
     container = _open(path)
     try:
         video = container.streams.video[0] if container.streams.video else None

@@ -13,6 +13,7 @@ from django.utils import timezone
 from dashboard.files import serve_output
 from dashboard.forms import FormError, JobForm
 from dashboard.quality_chart import bitrate_vmaf_chart
+from dashboard.views import disclosure
 from dashboard.views.common import cheap_page_of, is_partial, operator_required, page, viewer_required
 from media.jobtypes import JOB_TYPES
 from media.models import MediaAsset
@@ -178,7 +179,7 @@ def quality_context(job: Job) -> dict:
 @viewer_required
 def job_detail(request, job_id):
     job = get_object_or_404(Job.objects.select_related("created_by"), pk=job_id)
-    context = job_context(job)
+    context = disclosure.job_context(request.user, job_context(job))
     if is_partial(request):
         return page(request, "dashboard/partials/job_live.html", context)
     return page(request, "dashboard/job.html", context)

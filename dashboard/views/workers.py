@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.http import Http404
 
 from dashboard.templatetags.dashboard import filesize
+from dashboard.views import disclosure
 from dashboard.views.common import is_partial, page, viewer_required
 from scheduler import queries
 
@@ -105,7 +106,7 @@ def catalog_sections(capabilities: dict) -> list[tuple[str, str, object]]:
 
 @viewer_required
 def workers(request):
-    rows = [describe(w) for w in queries.workers_overview()]
+    rows = [disclosure.worker(request.user, describe(w)) for w in queries.workers_overview()]
     counts = {"active": 0, "draining": 0, "offline": 0}
     for w in rows:
         counts[w["lifecycle"]] = counts.get(w["lifecycle"], 0) + 1
@@ -120,7 +121,7 @@ def worker_detail(request, uid):
     found = queries.workers_overview(uid)
     if not found:
         raise Http404("no such worker")
-    worker = describe(found[0])
+    worker = disclosure.worker(request.user, describe(found[0]))
     context = {
         "w": worker,
         "active_tasks": queries.worker_active_tasks(uid),

@@ -43,9 +43,12 @@ def test_the_job_detail_and_list_give_one_line(viewer_api, crashed_job):
     assert listed["last_error"] == EXPECTED
 
 
-def test_the_traceback_stays_in_the_task_history(viewer_api, crashed_job):
-    (task,) = viewer_api.get(f"/v2/jobs/{crashed_job}/tasks").json()["data"]
+def test_the_traceback_stays_in_the_task_history_for_operators(operator_api, viewer_api, crashed_job):
+    (task,) = operator_api.get(f"/v2/jobs/{crashed_job}/tasks").json()["data"]
     assert "Traceback (most recent call last)" in task["last_failure"]
+    # Viewers get the one line of words (issue 37: tracebacks only for operators).
+    (task,) = viewer_api.get(f"/v2/jobs/{crashed_job}/tasks").json()["data"]
+    assert task["last_failure"] and "Traceback" not in task["last_failure"]
 
 
 def test_the_failed_webhook_gives_one_line(crashed_job):

@@ -74,7 +74,7 @@ def test_viewers_see_no_webhook_query_file_paths_or_ffmpeg_argv(caller, leaky_jo
         assert OUTPUT_PATH not in text and "/srv/jetencode" not in text
         assert "-nostdin" not in text
     detail = caller("viewer", transport).request("GET", f"/v2/jobs/{leaky_job}").json()
-    assert detail["webhook_url"] == "https://hooks.example.com/jet"
+    assert detail["webhook_url"] == "https://hooks.example.com"  # scheme and host only (issue 37)
     assert detail["outputs"][0]["storage_url"] == f"/dashboard/jobs/{leaky_job}/outputs/renditions/720p.mp4"
     assert "FFmpeg command hidden" in " ".join(detail["log_tail"])
 

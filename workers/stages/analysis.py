@@ -45,7 +45,7 @@ def _dispatch(ctx: StageContext, job_type: str) -> tuple:
     """Common dispatch: validate, stage the input, probe. Returns (params, source, staged path, info)."""
     params = stage_params(ctx, job_type)
     source = resolve_source(params, ctx)
-    staged = stage_input(ctx, source.path)
+    staged = stage_input(ctx, source)
     info = probe_media(staged)
     ctx.progress(90.0)
     return params, source, staged, info

@@ -25,7 +25,13 @@ from django.conf import settings
 
 from media.jobtypes import JOB_TYPES, ParamsError, ResourceChoice, parse_params, resolve_resource
 from media.params import Params
-from media.paths import UnsafePathError, relative_to_media_root, resolve_media_path, workspace_file
+from media.paths import (
+    UnsafePathError,
+    open_media_file,
+    relative_to_media_root,
+    resolve_media_path,
+    workspace_file,
+)
 from media.probe import MediaInfo, ProbeError, probe
 from media.progress import ProgressParser, ProgressSample, ProgressThrottle
 from workers.stages.base import ChildSpec, PermanentFailure, PublishSpec, StageContext
@@ -147,29 +153,44 @@ def resolve_sources(params: Params) -> list[Source]:
 _SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}")
 
 
-def stage_input(ctx: StageContext, source: Path, name: str = "source") -> Path:
-    """Bring an input into the workspace (hard link when possible, else a chunked copy that checks
-    for cancellation), so later stages on this worker read a local file that cannot change under
-    them. Idempotent: a retry finds the finished copy and reuses it."""
-    suffix = source.suffix.lower() if _SAFE_SUFFIX.fullmatch(source.suffix) else ".media"
+def stage_input(ctx: StageContext, source: Source, name: str = "source") -> Path:
+    """Bring an input into the workspace under a name of our own, so FFmpeg never sees the user's
+    name (no `%` sequence pattern, no symlink to follow) and later stages on this worker read a
+    local file. The input is opened by descriptor (media.paths.open_media_file: O_NOFOLLOW below
+    the resolved root) and that descriptor is linked (same filesystem) or copied in chunks that
+    check for cancellation. Idempotent: a retry finds the finished copy and reuses it."""
+    suffix = source.path.suffix.lower() if _SAFE_SUFFIX.fullmatch(source.path.suffix) else ".media"
     dest = Path(ctx.workspace) / "input" / f"{name}{suffix}"
-    if dest.exists() and dest.stat().st_size == source.stat().st_size:
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(dest.name + ".partial")
-    partial.unlink(missing_ok=True)
     try:
-        os.link(source, partial)
-        how = "linked"
-    except OSError:
-        with open(source, "rb") as src, open(partial, "wb") as dst:
-            while chunk := src.read(COPY_CHUNK):
-                dst.write(chunk)
-                ctx.check_cancelled()
-        how = "copied"
+        with open_media_file(source.rel_path, what="input") as (fd, _path):
+            size = os.fstat(fd).st_size
+            if dest.exists() and dest.stat().st_size == size:
+                return dest
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            partial = dest.with_name(dest.name + ".partial")
+            partial.unlink(missing_ok=True)
+            how = _link_or_copy(ctx, fd, partial)
+    except UnsafePathError as exc:
+        raise PermanentFailure(str(exc)) from None
     os.replace(partial, dest)
     ctx.log(f"input {how} into the workspace as {workspace_rel(ctx, dest)} ({dest.stat().st_size} bytes)")
     return dest
+
+
+def _link_or_copy(ctx: StageContext, fd: int, dest: Path) -> str:
+    """A new name for the opened file: a hard link to the descriptor's inode (through /proc, so the
+    link is to what was opened, not to whatever the name means now), else a chunked copy."""
+    try:
+        os.link(f"/proc/self/fd/{fd}", dest)
+        return "linked"
+    except OSError:
+        pass
+    with os.fdopen(os.dup(fd), "rb") as src, open(dest, "wb") as dst:
+        src.seek(0)
+        while chunk := src.read(COPY_CHUNK):
+            dst.write(chunk)
+            ctx.check_cancelled()
+    return "copied"
 
 
 def probe_media(path: Path, *, need_video: bool = True) -> MediaInfo:

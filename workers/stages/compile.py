@@ -44,7 +44,7 @@ def _stage_sources(ctx: StageContext, sources: list[Source]) -> list[dict]:
     staged = []
     for i, source in enumerate(sources):
         ctx.check_cancelled()
-        path = stage_input(ctx, source.path, name=f"src_{i:02d}")
+        path = stage_input(ctx, source, name=f"src_{i:02d}")
         info = probe_media(path)
         staged.append(
             {
@@ -259,7 +259,8 @@ def compile_render(ctx: StageContext) -> dict:
 def compile_gif(ctx: StageContext) -> dict:
     params = stage_params(ctx, "compile_gif")
     source = resolve_source(params, ctx)
-    info = probe_media(source.path)
+    staged = stage_input(ctx, source)
+    info = probe_media(staged)
     if params.start >= info.duration_seconds:
         raise PermanentFailure(f"start {params.start}s is beyond the video's {info.duration_seconds:.2f}s")
     duration = min(params.duration, info.duration_seconds - params.start)
@@ -268,9 +269,9 @@ def compile_gif(ctx: StageContext) -> dict:
     partial = partial_path(final)
     palette = final.with_name("palette.png")
     shape = {"start": params.start, "duration": duration, "width": params.width, "fps": params.fps}
-    argv = commands.gif_palette(source.path, palette, max_colors=params.max_colors, **shape)
+    argv = commands.gif_palette(staged, palette, max_colors=params.max_colors, **shape)
     run_ffmpeg(ctx, argv, duration=duration, throttle=None, what="gif palette")
-    argv = commands.gif(source.path, partial, palette=palette, dither=params.dither, **shape)
+    argv = commands.gif(staged, partial, palette=palette, dither=params.dither, **shape)
     run_ffmpeg(ctx, argv, duration=duration, throttle=throttle_for(ctx), what="gif")
     os.replace(partial, final)
     publish(ctx, final, "clip.gif")

@@ -47,7 +47,7 @@ def safe_stem(name: str, fallback: str = "video") -> str:
 def reencode_streaming(ctx: StageContext) -> dict:
     params = stage_params(ctx, "reencode_streaming")
     source = resolve_source(params, ctx)
-    staged = stage_input(ctx, source.path)
+    staged = stage_input(ctx, source)
     info = probe_media(staged)
     choice = choose_resource(ctx)
     size = None
@@ -123,14 +123,13 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
     run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=throttle_for(ctx), what="reencode")
     os.replace(partial, final)
     info = probe_media(final)
-    # A second name for the same bytes: publication moves `final` out of the workspace, and
-    # library.register (which runs only if this stage's finish is accepted) copies from this one.
+    # A copy, not a second name for the same bytes: publication moves `final` out of the workspace,
+    # and library.register (which runs only if this stage's finish is accepted) copies from this one.
+    # A hard link would make the published output and the library file one inode, so whoever may
+    # edit the media root would edit a published output too.
     library_copy = out_dir / "library.mp4"
     library_copy.unlink(missing_ok=True)
-    try:
-        os.link(final, library_copy)
-    except OSError:
-        shutil.copyfile(final, library_copy)
+    shutil.copyfile(final, library_copy)
     register = {
         "source": workspace_rel(ctx, library_copy),
         "path": p["library_path"],
@@ -165,17 +164,19 @@ def reencode_streaming_encode(ctx: StageContext) -> dict:
 
 @stage("thumbnail_generate")
 def thumbnail_generate(ctx: StageContext) -> dict:
-    """Cheap enough to do in the dispatch stage; it reads the (re-checked) source in place."""
+    """Cheap enough to do in the dispatch stage. FFmpeg reads the staged input (a link to the file
+    opened by descriptor), never the user's name."""
     params = stage_params(ctx, "thumbnail_generate")
     source = resolve_source(params, ctx)
-    info = probe_media(source.path)
+    staged = stage_input(ctx, source)
+    info = probe_media(staged)
     at = params.timestamp if params.timestamp is not None else info.duration_seconds * 0.25
     at = min(at, max(0.0, info.duration_seconds - 0.1))
     final = Path(ctx.workspace) / "thumbnail" / "thumbnail.jpg"
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)
     partial.unlink(missing_ok=True)
-    argv = commands.thumbnail(source.path, partial, timestamp=at, width=params.width, quality=params.quality)
+    argv = commands.thumbnail(staged, partial, timestamp=at, width=params.width, quality=params.quality)
     run_ffmpeg(ctx, argv, duration=None, throttle=None, what="thumbnail")
     if not partial.exists():
         raise PermanentFailure(f"no frame at {at:.3f}s")

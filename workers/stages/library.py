@@ -8,6 +8,7 @@ already happened is recognised and completed.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -20,8 +21,11 @@ from media.paths import (
     UnsafePathError,
     check_relative,
     media_root,
+    open_media_dir,
+    open_media_file,
     relative_to_media_root,
     resolve_media_path,
+    resolved_parent,
 )
 from media.probe import ASSET_FIELDS, ProbeError, probe
 from workers.stages.base import PermanentFailure, StageContext, stage
@@ -48,6 +52,7 @@ VIDEO_EXTENSIONS = frozenset(
 )
 # Fields library.update may set: results of analysis stages, never paths or validity.
 UPDATABLE_FIELDS = frozenset({"thumbnail", "tags", "scenes"})
+COPY_CHUNK = 8 * 1024 * 1024
 
 
 def _asset_model():
@@ -140,8 +145,8 @@ def validate(ctx: StageContext) -> dict:
         asset = None
     fields: dict = {"validated_at": timezone.now()}
     try:
-        path = resolve_media_path(rel, must_exist=True, kind="file", what="input")
-        info = probe(path)
+        with open_media_file(rel, what="input") as (fd, path):
+            info = probe(f"/proc/self/fd/{fd}", name=path.name)
         if not info.has_video:
             raise ProbeError(path, "no video stream")
         fields.update(info.asset_fields(), valid=True, invalid_reason="")
@@ -207,20 +212,50 @@ def move_to_library(ctx: StageContext) -> dict:
             raise PermanentFailure(str(exc)) from None
         if new_path.exists() and not params.overwrite:
             raise PermanentFailure(f"{new_rel} already exists (set overwrite to replace it)")
-        target_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            os.replace(old_path, new_path)  # atomic within the media root's filesystem
-        except OSError:
-            temp = new_path.with_name(f".{new_path.name}.{uuid.uuid4().hex}.partial")
-            shutil.copy2(old_path, temp)
-            os.replace(temp, new_path)
-            old_path.unlink()
+        _move(old_clean, relative_to_media_root(target_dir), Path(old_clean).name)
         ctx.log(f"moved {old_clean} -> {new_rel}")
     if asset is not None:
         with transaction.atomic():
             MediaAsset.objects.filter(pk=asset.pk).update(path=new_rel, directory=params.target_directory)
     ctx.progress(100.0)
     return {"from": old_clean, "to": new_rel, "video_id": str(asset.pk) if asset is not None else None}
+
+
+def _move(old_rel: str, target_rel: str, new_name: str) -> None:
+    """Rename old_rel into target_rel/new_name by directory descriptors (O_NOFOLLOW below the
+    resolved root), so a directory swapped for a symlink after the checks cannot redirect it."""
+    try:
+        source_dir, old_name = resolved_parent(old_rel, what="input")
+        with (
+            open_media_dir(source_dir, what="input") as src_fd,
+            open_media_dir(target_rel, what="target_directory", create=True) as dst_fd,
+        ):
+            try:
+                os.replace(old_name, new_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                _copy_into(dst_fd, new_name, old_name, src_fd)
+                os.unlink(old_name, dir_fd=src_fd)
+    except UnsafePathError as exc:
+        raise PermanentFailure(str(exc)) from None
+
+
+def _copy_into(dir_fd: int, name: str, source_name_or_path, source_dir_fd: int | None = None) -> None:
+    """Write a copy (never a hard link) of a file into dir_fd/name: a temporary name created with
+    O_EXCL | O_NOFOLLOW in that directory, then renamed over `name`."""
+    temp = f".{name}.{uuid.uuid4().hex}.partial"
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    src = os.open(source_name_or_path, flags, dir_fd=source_dir_fd)
+    try:
+        out = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+        )
+        with os.fdopen(src, "rb", closefd=False) as reader, os.fdopen(out, "wb") as writer:
+            shutil.copyfileobj(reader, writer, COPY_CHUNK)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(src)
 
 
 # --- follow-up stages used by other types -------------------------------------------------------
@@ -242,14 +277,15 @@ def library_register(ctx: StageContext) -> dict:
         dest = resolve_media_path(payload["path"], what="library path")
     except UnsafePathError as exc:
         raise PermanentFailure(str(exc)) from None
-    if not (dest.exists() and dest.stat().st_size == source.stat().st_size):
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        temp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.partial")
+    if not (dest.is_file() and dest.stat().st_size == source.stat().st_size):
+        # A copy written by directory descriptor: the library file shares no inode with the
+        # workspace or a published output, and a parent swapped for a symlink cannot redirect it.
+        parent = dest.parent.relative_to(media_root()).as_posix()
         try:
-            os.link(source, temp)
-        except OSError:
-            shutil.copyfile(source, temp)
-        os.replace(temp, dest)
+            with open_media_dir(parent, what="library path", create=True) as dir_fd:
+                _copy_into(dir_fd, dest.name, str(source))
+        except UnsafePathError as exc:
+            raise PermanentFailure(str(exc)) from None
         ctx.log(f"{workspace_rel(ctx, source)} -> media root {payload['path']}")
     from scheduler.models import Job
 

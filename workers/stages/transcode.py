@@ -223,7 +223,7 @@ def transcode(ctx: StageContext) -> dict:
     params = stage_params(ctx, "transcode")
     source = resolve_source(params, ctx)
     ctx.check_cancelled()
-    staged = stage_input(ctx, source.path)
+    staged = stage_input(ctx, source)
     ctx.progress(40.0)
     info = probe_media(staged)
     ctx.log(
