@@ -55,7 +55,7 @@ class Sha256Uploader(Uploader):
 
 
 class DroppingLink:
-    """A TCP relay to `target` that resets both sides once, after `cut_after` bytes have gone from
+    """A TCP relay to `target` that drops one connection, after `cut_after` bytes have gone from
     clients to the server (tuspy opens a connection per request, so this cuts one PATCH midway)."""
 
     def __init__(self, target: tuple[str, int], cut_after: int):
@@ -86,9 +86,12 @@ class DroppingLink:
                     self.sent += len(data)
                     if not self.cut_done and self.sent > self.cut_after:
                         self.cut_done = True
+                        # The server gets half of this piece and then the end of the stream (a
+                        # reset would let its kernel drop bytes it had not read yet); the client
+                        # gets a reset: its request failed midway.
                         dest.sendall(data[: len(data) // 2])
-                        for sock in (source, dest):  # a reset, not a clean close
-                            _reset(sock)
+                        dest.shutdown(socket.SHUT_WR)
+                        _reset(source)
                         return
                 dest.sendall(data)
         except OSError:
