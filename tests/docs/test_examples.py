@@ -8,8 +8,9 @@ the test names the block. A block whose fence is preceded by `<!-- no-run: reaso
 
 The commands find what the docs promise: `./scripts/run`'s state (an `admin` superuser, the demo
 clips under the media root), the current directory a checkout (a copy of this one, its `.venv` the
-virtualenv running the tests), `JET` (the live server's URL; the docs default to 127.0.0.1:8000) and `HOOK_URL` (a local
-webhook receiver, with private webhook targets allowed as in a lab).
+virtualenv running the tests), `JET` (the live server's URL; the docs default to 127.0.0.1:8000), `HOOK_URL` (a local
+webhook receiver, with private webhook targets allowed as in a lab) and `SOURCE_URL` (an https:// origin
+for input_url, whose certificate the worker trusts).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from django.contrib.auth.models import User
 
 from media.demo import seed_demo_clips
 from tests.kit import ROOT
+from tests.kit.origin import Origin, TlsFiles
 from tests.kit.web import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
@@ -107,18 +109,30 @@ def live_environment(live_server, start_worker, worker_env, settings, tmp_path):
     settings.JETENCODE = {**settings.JETENCODE, "WEBHOOK_ALLOW_PRIVATE": True}
     seed_demo_clips(roots["MEDIA_ROOT"])
     User.objects.create_superuser("admin", "admin@example.com", "not-used")
-    start_worker("docs-worker", "--concurrency", "3", env={"JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true"})
+    # "Sending a source" fetches SOURCE_URL: a local TLS origin whose self-signed certificate the
+    # worker trusts, on loopback, so private targets are allowed here (tests/media/test_fetch.py
+    # proves the guard with them refused).
+    tls = TlsFiles.make(tmp_path / "tls")
+    origin = Origin(
+        {"/clips/holiday.mp4": (roots["MEDIA_ROOT"] / "videos/demo-silent.mp4").read_bytes()}, tls=tls
+    )
+    settings.SOURCES = {**settings.SOURCES, "FETCH_ALLOW_PRIVATE": True}
+    fetching = {"SSL_CERT_FILE": str(tls.cert), "JETENCODE_FETCH_ALLOW_PRIVATE": "true"}
+    start_worker(
+        "docs-worker", "--concurrency", "3", env={"JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true", **fetching}
+    )
 
     # A copy of the checkout (what `git clone` gives, without .git), so the examples' files (job.json,
     # master.m3u8) and ruff's cache land there, with .venv the virtualenv running the tests.
     scratch = tmp_path / "checkout"
     shutil.copytree(ROOT, scratch, ignore=shutil.ignore_patterns(*CHECKOUT_IGNORES), symlinks=True)
     (scratch / ".venv").symlink_to(Path(sys.prefix))
-    with Receiver() as receiver:
+    with Receiver() as receiver, origin:
         env = {
             **worker_env,
             "JET": live_server.url,
             "HOOK_URL": f"{receiver.url}/jetencode",
+            "SOURCE_URL": origin.url("/clips/holiday.mp4"),
             "JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
