@@ -124,18 +124,22 @@ def resource(request: HttpRequest, upload_id) -> HttpResponse:
     """HEAD (offset), PATCH (bytes), DELETE (termination), GET (JSON) on /v2/uploads/<id>."""
     if request.method == "OPTIONS":
         return _options()
-    handler = {"HEAD": _head, "PATCH": _patch, "DELETE": _delete, "GET": _get}.get(request.method)
+    method = request.method
+    if method == "POST" and request.headers.get("X-HTTP-Method-Override") in ("PATCH", "DELETE", "HEAD"):
+        # tus clients behind proxies that drop PATCH and DELETE send them as POST (the spec's override).
+        method = request.headers["X-HTTP-Method-Override"]
+    handler = {"HEAD": _head, "PATCH": _patch, "DELETE": _delete, "GET": _get}.get(method)
     if handler is None:
         response = _error(405, f"method {request.method} is not allowed on {request.path}")
         response["Allow"] = "OPTIONS, HEAD, GET, PATCH, DELETE"
         return response
     try:
         principal = _principal(request)
-        if request.method != "GET":
+        if method != "GET":
             _check_version(request)
         return handler(request, uploads.get_for(principal.user, upload_id))
     except uploads.UploadError as exc:
-        if request.method == "HEAD":  # no body on HEAD; the status says it
+        if method == "HEAD":  # no body on HEAD; the status says it
             return _tus_headers(HttpResponse(status=exc.status))
         return _error(exc.status, str(exc))
 

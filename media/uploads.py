@@ -137,6 +137,8 @@ def _final_name(upload: Upload) -> str:
 
 def create(user, token_id: int | None, length: int, metadata: dict[str, str]) -> Upload:
     """A new upload of `length` bytes (checked against the size and per-token limits)."""
+    if length == 0:
+        raise UploadError(400, "Upload-Length is 0: an empty file is not a video")
     if length > max_bytes():
         raise UploadError(413, f"Upload-Length {length} is larger than the limit of {max_bytes()} bytes")
     wanted = metadata.get("sha256")

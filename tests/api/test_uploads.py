@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from datetime import timedelta
 
 import pytest
@@ -146,6 +147,7 @@ def test_a_whole_file_sha256_mismatch_removes_the_upload(tus, media_root):
     [
         ({"HTTP_TUS_RESUMABLE": "0.2.2"}, 412, "Tus-Resumable"),
         ({"HTTP_UPLOAD_LENGTH": "ten"}, 400, "Upload-Length"),
+        ({"HTTP_UPLOAD_LENGTH": "0"}, 400, "Upload-Length"),
         ({"HTTP_UPLOAD_LENGTH": "10000001"}, 413, "Upload-Length"),
         ({"HTTP_UPLOAD_DEFER_LENGTH": "1"}, 400, "Upload-Defer-Length"),
         ({"HTTP_UPLOAD_METADATA": "filename not*base64"}, 400, "Upload-Metadata"),
@@ -216,3 +218,27 @@ def test_get_before_completion_says_how_far_it_got(tus):
     body = tus.get(url).json()
     assert body == {**body, "complete": False, "offset": 3, "length": 10}
     assert "video_id" not in body
+
+
+def test_a_patch_may_be_larger_than_the_apis_body_limit(tus, settings):
+    """PATCH bodies stream to disk: JETENCODE_MAX_BODY_BYTES (JSON bodies) does not apply."""
+    data = os.urandom(3 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    url = location(tus.create(len(data)))
+    response = tus.patch(url, 0, data, checksum=sha("sha256", data))
+    assert response.status_code == 204 and response["Upload-Offset"] == str(len(data))
+    assert tus.get(url).json()["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_clients_that_cannot_send_patch_may_override_a_post(tus):
+    url = location(tus.create(6))
+    response = tus.client.generic(
+        "POST",
+        url,
+        b"abc",
+        content_type=OFFSET_STREAM,
+        HTTP_X_HTTP_METHOD_OVERRIDE="PATCH",
+        HTTP_UPLOAD_OFFSET="0",
+        **TUS,
+        **tus.auth,
+    )
+    assert response.status_code == 204 and response["Upload-Offset"] == "3"
