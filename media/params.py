@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from media.paths import UnsafePathError, check_relative, open_media_file, resolve_media_path
@@ -135,9 +136,25 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, str_max_length=1024, frozen=True)
 
 
+def exactly_one_of(*names: str) -> dict:
+    """JSON Schema for "exactly one of these fields, not null": what `_one_source` checks, said in
+    the params schema so a request it calls valid is one the API accepts. No two of them; and
+    when none of the others is given, the last. (`not` and `if`, not a `oneOf` of the object,
+    which client generators turn into a union of classes instead of one params class.)"""
+    pairs = [{"allOf": [_given(a), _given(b)]} for i, a in enumerate(names) for b in names[i + 1 :]]
+    others = [_given(name) for name in names[:-1]]
+    return {"not": {"anyOf": pairs}, "if": {"not": {"anyOf": others}}, "then": _given(names[-1])}
+
+
+def _given(name: str) -> dict:
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
 class SingleInput(Params):
     """Types that read one video: exactly one of `input` (media-root-relative path), `input_url`
     (fetched by the dispatch stage, media.sources) or `video_id`."""
+
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "input_url", "video_id"))
 
     input: str | None = Field(None, description="Path relative to the media root")
     input_url: str | None = Field(
@@ -352,14 +369,23 @@ def _library_file_only(value: str | None, job_type: str) -> str | None:
     return value
 
 
-class ValidateParams(SingleInput):
+class LibraryFileInput(SingleInput):
+    """Types that keep a library record of the file they read: `input` or `video_id`, no input_url
+    (left out of their schema, and refused with a message that says why)."""
+
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "video_id"))
+
+    input_url: SkipJsonSchema[str | None] = None
+
+
+class ValidateParams(LibraryFileInput):
     @field_validator("input_url")
     @classmethod
     def _url_shape(cls, value: str | None) -> str | None:
         return _library_file_only(value, "validate")
 
 
-class MoveToLibraryParams(SingleInput):
+class MoveToLibraryParams(LibraryFileInput):
     target_directory: str = Field(
         "videos", description="Directory under the media root to move the file into"
     )
