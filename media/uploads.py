@@ -229,6 +229,8 @@ def append(upload: Upload, chunk: Chunk) -> Upload:
             413,
             f"Content-Length {chunk.length} goes past Upload-Length {upload.length} (offset {upload.offset})",
         )
+    if not part_path(upload.pk).is_file():
+        raise UploadError(410, f"upload {upload.pk}'s bytes are gone (it expired); start a new upload")
     received, digest = _write(part_path(upload.pk), upload.offset, chunk)
     if chunk.checksum is not None:
         algorithm, expected = chunk.checksum

@@ -7,8 +7,8 @@ trusts, on any loopback address (127.0.0.1, 127.0.0.2... all reach this machine 
 
 It serves GET with ETag / Last-Modified, conditional requests (If-None-Match → 304), Range with
 If-Range (206), redirects (`redirects={"/a": "http://..."}`), statuses (`statuses={"/gone": 404}`)
-and drops: `drop_after={"/clip.mp4": 1000}` cuts the first response for that path after 1000 body
-bytes. Every request is recorded (`origin.requests`: method, path, headers).
+drops: `drop_after={"/clip.mp4": 1000}` cuts the first response for that path after 1000 body
+bytes, and trickles: `slow={"/clip.mp4": 0.2}` sends the body in 16 KiB pieces 0.2 s apart. Every request is recorded (`origin.requests`: method, path, headers).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import hashlib
 import ipaddress
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -80,11 +81,13 @@ class Origin:
         redirects: dict[str, str] | None = None,
         statuses: dict[str, int] | None = None,
         drop_after: dict[str, int] | None = None,
+        slow: dict[str, float] | None = None,
     ):
         self.files = dict(files or {})
         self.redirects = dict(redirects or {})
         self.statuses = dict(statuses or {})
         self.drop_after = dict(drop_after or {})
+        self.slow = dict(slow or {})  # path: seconds between 16 KiB pieces of the body
         self.requests: list[dict] = []
         self.tls = tls
         self.server = ThreadingHTTPServer((host, 0), _handler_for(self))
@@ -143,6 +146,12 @@ def _handler_for(origin: Origin):
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)  # the link breaks mid-body
+                return
+            if path in origin.slow:
+                for start in range(0, len(body), 16384):
+                    time.sleep(origin.slow[path])
+                    self.wfile.write(body[start : start + 16384])
+                    self.wfile.flush()
                 return
             self.wfile.write(body)
 

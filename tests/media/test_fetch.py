@@ -233,3 +233,58 @@ def test_trim_keeps_the_cache_within_its_bound(sources, roots):
     recent.write_bytes(b"x" * 1000)  # just used: never trimmed, whatever the bound
     assert source_cache.trim(max_bytes=2500, keep_days=30) == 3
     assert sorted(p.name[:1] for p in (cache.root / "objects").iterdir()) == ["0", "f"]
+
+
+def test_a_download_slower_than_its_time_cap_fails_and_keeps_its_bytes_for_the_next_attempt(
+    sources, settings
+):
+    sources(allow_private=True, allow_http=True)
+    settings.SOURCES = {**settings.SOURCES, "FETCH_TIMEOUT_SECONDS": 1}
+    with Origin({"/clip.mp4": DATA}, slow={"/clip.mp4": 0.1}) as origin:
+        started = time.monotonic()
+        with pytest.raises(FetchError, match=r"longer than JETENCODE_FETCH_TIMEOUT_SECONDS \(1 s\)") as slow:
+            fetch_source(origin.url("/clip.mp4"))
+        assert not isinstance(slow.value, PermanentFetchError) and time.monotonic() - started < 5
+        kept = source_cache.SourceCache().partial(source_cache.SourceCache.key(origin.url("/clip.mp4")))
+        size = kept.stat().st_size
+        assert 0 < size < len(DATA)
+        origin.slow.clear()  # the next attempt, with a faster link, resumes where this one stopped
+        assert fetch_source(origin.url("/clip.mp4")).read_bytes() == DATA
+        assert origin.requests[-1]["headers"]["Range"] == f"bytes={size}-"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_s3_sources_are_read_with_the_outputs_settings_and_reused_by_etag(
+    sources, settings, s3_endpoint, monkeypatch
+):
+    import boto3
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings.S3_ENDPOINT_URL = s3_endpoint  # the guard stays on: the S3 endpoint is trusted
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.create_bucket(Bucket="sources-test")
+    client.put_object(Bucket="sources-test", Key="in/a.mp4", Body=DATA)
+    logs: list[str] = []
+    first = fetch_source("s3://sources-test/in/a.mp4", log=logs.append)
+    again = fetch_source("s3://sources-test/in/a.mp4", log=logs.append)
+    assert first == again and first.read_bytes() == DATA
+    assert any("unchanged (ETag)" in line for line in logs), logs
+    client.put_object(Bucket="sources-test", Key="in/a.mp4", Body=DATA[:1000])
+    assert fetch_source("s3://sources-test/in/a.mp4").read_bytes() == DATA[:1000]
+    with pytest.raises(PermanentFetchError, match="s3://sources-test/in/missing.mp4: S3 answered 404"):
+        fetch_source("s3://sources-test/in/missing.mp4")
