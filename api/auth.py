@@ -10,7 +10,9 @@ Two ways in, tried in order:
 
 Then authorization, by method: GET/HEAD/OPTIONS need view permission (Viewers, Operators,
 superusers); anything else needs `scheduler.operate_queue` (Operators, superusers) *and*, for a
-token, the `operate` scope. Failing either is a 403 that says which.
+token, a scope that covers it: `operate` covers every method (queue and fleet control, as before),
+`fleet` only fleet control (drain, evacuate and undrain a worker: FLEET_OPERATIONS), `read` nothing
+but GET. Failing either is a 403 that says which.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from api.models import ApiToken, hash_token
 from scheduler.permissions import can_operate, can_view
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Fleet control: the operations (api.workers' view names) a fleet-scope token may call.
+FLEET_OPERATIONS = frozenset({"drain_worker", "evacuate_worker", "undrain_worker"})
 MAX_TOKEN_LENGTH = 256
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
@@ -58,13 +62,23 @@ def authorize(request: HttpRequest, principal: Principal) -> Principal:
                 message="permission denied: viewing needs the Viewers or Operators group"
             )
         return principal
-    if principal.via == "token" and principal.scope != "operate":
+    if principal.via == "token" and principal.scope == "fleet" and not is_fleet_operation(request):
+        raise AuthorizationError(
+            message="this token has fleet scope: it may only drain, evacuate and undrain workers"
+        )
+    if principal.via == "token" and principal.scope not in ("operate", "fleet"):
         raise AuthorizationError(message="this token has read scope: changes need a token with operate scope")
     if not can_operate(principal.user):
         raise AuthorizationError(
             message="permission denied: changes need the Operators group (scheduler.operate_queue)"
         )
     return principal
+
+
+def is_fleet_operation(request: HttpRequest) -> bool:
+    """Whether the request is for drain, evacuate or undrain (its view, as Django resolved the URL)."""
+    match = getattr(request, "resolver_match", None)
+    return match is not None and match.url_name in FLEET_OPERATIONS
 
 
 class TokenAuth(HttpBearer):

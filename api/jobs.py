@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import get_script_prefix
 from ninja import Query, Router, Status
 
+from api import paging
 from api.errors import AUTH_ERRORS, responses
 from api.schemas import (
     MAX_LIMIT,
@@ -36,8 +37,6 @@ router = Router(tags=["jobs"])
 
 JOB_LOG_TAIL_LINES = 100
 TASK_LOG_TAIL_LINES = 20
-# Deep pages: OFFSET scans and discards every row before the page; past this, filter instead.
-MAX_OFFSET = 10_000
 
 
 def pagination(page: int, limit: int, total: int) -> dict[str, int]:
@@ -175,30 +174,32 @@ def list_jobs(
     worker: Annotated[
         Text | None, Query(max_length=200, description="Jobs assigned to or targeted at this worker uid")
     ] = None,
+    cursor: Annotated[
+        Text | None,
+        Query(
+            max_length=100, description="Continue after the last job of a page: its pagination.next_cursor"
+        ),
+    ] = None,
 ):
+    """Newest first. Pages by `page` up to an offset of 10,000 jobs; past that (and for any long
+    walk) follow `pagination.next_cursor`, which costs the same on every page."""
     filters = {
         "status": status or None,
         "type": type or None,
         "uses_category": resource_category or None,
         "worker": worker or None,
     }
-    offset = (page - 1) * limit
-    if offset > MAX_OFFSET:
-        raise submission.ValidationError(
-            [
-                {
-                    "field": "page",
-                    "message": f"the offset (page - 1) x limit is {offset}, at most {MAX_OFFSET}: "
-                    "filter by status, type or worker to reach older jobs",
-                }
-            ]
-        )
-    jobs = queries.job_list(limit=limit, offset=offset, **filters)
+    offset = paging.offset_of(
+        page, limit, "follow pagination.next_cursor, or filter by status, type or worker"
+    )
+    after = paging.parse_cursor(cursor) if cursor else None
+    jobs = queries.job_list(limit=limit, offset=offset, after=after, **filters)
     stages = queries.failed_stages([job.id for job in jobs if job.status == "failed"])
     # Viewers and read tokens get every response through media.disclosure (api.rendering).
+    next_cursor = paging.cursor_of(jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None
     return {
         "data": [job_summary(job, stages.get(job.id)) for job in jobs],
-        "pagination": pagination(page, limit, queries.job_count(**filters)),
+        "pagination": {**pagination(page, limit, queries.job_count(**filters)), "next_cursor": next_cursor},
     }
 
 

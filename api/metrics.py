@@ -15,6 +15,8 @@ Two kinds of value deserve a note:
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -245,6 +247,23 @@ registry = CollectorRegistry(auto_describe=False)
 registry.register(JetEncodeCollector())
 
 
+# /metrics needs no credentials, so its cost must not depend on how often anyone calls it: each
+# web process computes the exposition at most once per JETENCODE_METRICS_CACHE_SECONDS (one
+# caller computes, concurrent ones wait for it and share the result). Prometheus scrapes every
+# 15-60 s; the figures are at most that many seconds old.
+_cache_lock = threading.Lock()
+_cached: tuple[float, bytes] | None = None
+
+
+def cache_seconds() -> float:
+    return float(getattr(settings, "JETENCODE", {}).get("METRICS_CACHE_SECONDS", 10.0))
+
+
 def render() -> tuple[bytes, str]:
     """The exposition text and its content type (the classic 0.0.4 text format every Prometheus reads)."""
-    return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4
+    global _cached
+    with _cache_lock:
+        now = time.monotonic()
+        if _cached is None or now - _cached[0] >= cache_seconds():
+            _cached = (now, generate_latest(registry))
+        return _cached[1], CONTENT_TYPE_PLAIN_0_0_4

@@ -1,4 +1,4 @@
-"""API tokens: bearer credentials of a user, with a scope (read or operate)."""
+"""API tokens: bearer credentials of a user, with a scope (read, operate or fleet; api.auth)."""
 
 import hashlib
 import secrets
@@ -22,7 +22,9 @@ class TokenChangeRefused(ValueError):
 class ApiToken(models.Model):
     """A bearer token. Only its SHA-256 is stored; the raw value is shown once at creation."""
 
-    SCOPES = [("read", "read"), ("operate", "operate")]
+    # read: GET only. operate: every method (queue and fleet control). fleet: GET, and drain,
+    # evacuate and undrain workers only (an autoscaler or ops tool that must not steer the queue).
+    SCOPES = [("read", "read"), ("operate", "operate"), ("fleet", "fleet")]
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.TextField(blank=True, default="")
     scope = models.TextField(choices=SCOPES, default="read")
@@ -37,7 +39,9 @@ class ApiToken(models.Model):
     class Meta:
         db_table = "api_tokens"
         constraints = [
-            models.CheckConstraint(condition=models.Q(scope__in=["read", "operate"]), name="api_tokens_scope")
+            models.CheckConstraint(
+                condition=models.Q(scope__in=["read", "operate", "fleet"]), name="api_tokens_scope"
+            )
         ]
 
     def __str__(self) -> str:

@@ -10,6 +10,7 @@ from uuid import UUID
 from django.http import HttpRequest
 from ninja import Query, Router
 
+from api import paging
 from api.errors import AUTH_ERRORS, responses
 from api.jobs import pagination
 from api.schemas import (
@@ -61,8 +62,9 @@ def list_queue(
     pending group first, then by worker uid) and claim order within a group (priority, then
     position). `waiting_seconds` is present only while the job is pending; `waiting_reason` says
     why a waiting job is not running."""
+    offset = paging.offset_of(page, limit, "filter by worker or state to reach the entries further down")
     total = queries.queue_count(worker=worker, state=state)
-    entries = queries.queue_list(worker=worker, state=state, limit=limit, offset=(page - 1) * limit)
+    entries = queries.queue_list(worker=worker, state=state, limit=limit, offset=offset)
     return {"data": [as_dict(e) for e in entries], "pagination": pagination(page, limit, total)}
 
 

@@ -123,6 +123,13 @@ class PaginationOut(Schema):
     total_pages: int
 
 
+class JobPaginationOut(PaginationOut):
+    next_cursor: str | None = Field(
+        None,
+        description="Pass as `cursor` for the next page, which costs the same however deep (null on the last one)",
+    )
+
+
 class QueueEntryOut(Schema):
     job_id: UUID
     type: str
@@ -192,7 +199,7 @@ class JobSummaryOut(Schema):
 
 class JobPageOut(Schema):
     data: list[JobSummaryOut]
-    pagination: PaginationOut
+    pagination: JobPaginationOut
 
 
 class StageOut(Schema):

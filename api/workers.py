@@ -1,4 +1,7 @@
-"""/v2/workers: what every worker is, has and runs; drain or evacuate one."""
+"""/v2/workers: what every worker is, has and runs; drain, evacuate or undrain one.
+
+Drain, evacuate and undrain are fleet control: operate tokens and fleet tokens may use them
+(api.auth.FLEET_OPERATIONS), so an autoscaler can hold a token that cannot steer the queue."""
 
 from __future__ import annotations
 
@@ -92,3 +95,16 @@ def evacuate_worker(request: HttpRequest, uid: Uid):
     offline and holds no jobs."""
     moved = repository.evacuate_worker(uid)
     return {"jobs_moved": moved, "worker": _one(uid)}
+
+
+@router.post(
+    "/{uid}/undrain",
+    response={200: WorkerOut, **responses(*AUTH_ERRORS, 404, 409, 422)},
+    summary="Return a drained worker to service",
+)
+def undrain_worker(request: HttpRequest, uid: Uid):
+    """Undo a drain or an evacuation: the worker claims work again (and accepts targeted jobs).
+    Jobs that moved away stay where they went. Nothing to do for an active worker; 409 when the
+    worker is offline (it comes back by starting again)."""
+    repository.undrain_worker(uid)
+    return _one(uid)

@@ -19,4 +19,5 @@ urlpatterns = [
     path("workers/<str:uid>", workers.worker_detail, name="worker"),
     path("workers/<str:uid>/drain", actions.worker_drain, name="worker_drain"),
     path("workers/<str:uid>/evacuate", actions.worker_evacuate, name="worker_evacuate"),
+    path("workers/<str:uid>/undrain", actions.worker_undrain, name="worker_undrain"),
 ]

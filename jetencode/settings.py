@@ -5,10 +5,12 @@ its command (JETENCODE_APPLICATION_NAME) and starts the embedded PostgreSQL when
 unset; the tests have their own settings (tests/settings.py) on top of these.
 """
 
+import ipaddress
 import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from jetencode.env import create_secret_file, envbool, envfloat, envint, envlist, envstr
 
@@ -171,15 +173,31 @@ JETENCODE = {
     "STALL_SECONDS": envfloat("JETENCODE_STALL_SECONDS", 120, minimum=1),
     # Address-space limit (RLIMIT_AS) of each stage subprocess (FFmpeg), in MiB; 0 for none.
     "FFMPEG_MEMORY_MB": envint("JETENCODE_FFMPEG_MEMORY_MB", 16384, minimum=0),
+    # Wall-clock limit of one probe process (media.probe: PyAV in a process of its own).
+    "PROBE_TIMEOUT_SECONDS": envfloat("JETENCODE_PROBE_TIMEOUT_SECONDS", 60, minimum=1),
     "WEBHOOK_SECRET": envstr("JETENCODE_WEBHOOK_SECRET"),
     "WEBHOOK_ALLOW_PRIVATE": envbool("JETENCODE_WEBHOOK_ALLOW_PRIVATE", False),
     # A delivery as a whole (connect + send + response), enforced on its socket.
     "WEBHOOK_DEADLINE_SECONDS": envfloat("JETENCODE_WEBHOOK_DEADLINE_SECONDS", 30, minimum=0.1),
+    # The webhook host's DNS lookup (at submission and before each delivery).
+    "WEBHOOK_DNS_TIMEOUT_SECONDS": envfloat("JETENCODE_WEBHOOK_DNS_TIMEOUT_SECONDS", 5, minimum=0.1),
+    # /metrics is computed at most once per this many seconds per web process (api/metrics.py).
+    "METRICS_CACHE_SECONDS": envfloat("JETENCODE_METRICS_CACHE_SECONDS", 10, minimum=0),
     # Login throttling: failed logins per user name / per address within the window.
     "LOGIN_FAILURES_PER_USER": envint("JETENCODE_LOGIN_FAILURES_PER_USER", 10, minimum=0),
     "LOGIN_FAILURES_PER_ADDRESS": envint("JETENCODE_LOGIN_FAILURES_PER_ADDRESS", 50, minimum=0),
     "LOGIN_WINDOW_SECONDS": envfloat("JETENCODE_LOGIN_WINDOW_SECONDS", 900, minimum=1),
 }
+# Proxies whose X-Forwarded-For names the client for login throttling (jetencode/login.py):
+# addresses or networks, comma-separated. Empty: the client is REMOTE_ADDR.
+TRUSTED_PROXIES = envlist("JETENCODE_TRUSTED_PROXIES")
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"JETENCODE_TRUSTED_PROXIES: {_proxy!r} is not an address or network"
+        ) from None
 MEDIA_ROOT_DIR = Path(envstr("JETENCODE_MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 OUTPUT_ROOT_DIR = Path(envstr("JETENCODE_OUTPUT_ROOT", str(VAR_DIR / "outputs"))).resolve()
 WORKSPACE_ROOT_DIR = Path(envstr("JETENCODE_WORKSPACE_ROOT", str(VAR_DIR / "workspace"))).resolve()

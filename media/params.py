@@ -8,6 +8,7 @@ checked by `media.paths` at submission (the worker checks again).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from collections import Counter
@@ -18,7 +19,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from media.paths import UnsafePathError, check_relative, open_media_file, resolve_media_path
-from media.probe import reference_problem
+from media.probe import reference_problems
 from media.sources.guard import MAX_URL_CHARS, UnsafeSourceURL, fetch_allows_http
 from media.sources.guard import check_shape as check_source_shape
 
@@ -38,16 +39,27 @@ MAX_INPUTS = 64
 
 
 def _check_media_file(value: str, what: str) -> str:
-    # Opened by descriptor (media.paths.open_media_file), and only the descriptor is read.
-    try:
-        with open_media_file(value, what=what) as (fd, path):
-            # A playlist or concat list makes FFmpeg read the files it names, anywhere (media.probe).
-            problem = reference_problem(f"/proc/self/fd/{fd}", name=path.name)
-    except UnsafePathError as exc:
-        raise ValueError(str(exc)) from None
-    if problem:
-        raise ValueError(f"{what} {problem}")
-    return check_relative(value, what=what).as_posix()
+    return _check_media_files([value], [what])[0]
+
+
+def _check_media_files(values: list[str], whats: list[str]) -> list[str]:
+    """Each file opened by descriptor (media.paths.open_media_file), and only the descriptors are
+    read: in one probe process for all of them (a playlist or concat list makes FFmpeg read the
+    files it names, anywhere: media.probe.reference_problems)."""
+    with contextlib.ExitStack() as opened:
+        fds, names = [], []
+        for value, what in zip(values, whats, strict=True):
+            try:
+                fd, path = opened.enter_context(open_media_file(value, what=what))
+            except UnsafePathError as exc:
+                raise ValueError(str(exc)) from None
+            fds.append(fd)
+            names.append(path.name)
+        problems = reference_problems(fds, names)
+    for what, problem in zip(whats, problems, strict=True):
+        if problem:
+            raise ValueError(f"{what} {problem}")
+    return [check_relative(value, what=what).as_posix() for value, what in zip(values, whats, strict=True)]
 
 
 def _check_media_dir(value: str, what: str) -> str:
@@ -209,7 +221,7 @@ class MultiInput(Params):
         if value is None:
             return None
         check_repeats(value, "inputs")
-        return [_check_media_file(item, f"inputs[{index}]") for index, item in enumerate(value)]
+        return _check_media_files(value, [f"inputs[{index}]" for index in range(len(value))])
 
     @field_validator("video_ids")
     @classmethod

@@ -1,4 +1,10 @@
-"""Reading a media file's metadata with PyAV (no ffprobe needed).
+"""Reading a media file's metadata with PyAV (no ffprobe needed), in a process of its own.
+
+PyAV never decodes a user's file in the calling process (a web process, a worker): `probe` and
+`reference_problem` start media/probe_child.py in media.sandbox's box (scrubbed environment, the
+stages' memory limit JETENCODE_FFMPEG_MEMORY_MB, a time limit JETENCODE_PROBE_TIMEOUT_SECONDS) and
+read its one JSON answer. A file opened by descriptor is handed over as that descriptor
+(`/proc/self/fd/N` in the child), never by name.
 
 Width and height are the *display* size: a phone video stored 1920x1080 with a 90° display matrix
 is reported 1080x1920 and `portrait`, because FFmpeg auto-rotates when it decodes and every size
@@ -7,15 +13,24 @@ decision (ladders, grids, orientation filters) is about what the viewer sees.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import signal
 import struct
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import av
+from django.conf import settings
 
-from media.ffmpeg import input_options
+from media import sandbox
+from media.ffmpeg import INPUT_FORMATS, INPUT_PROTOCOLS
+from media.probe_child import avc_codec_string as _avc_codec_string  # noqa: F401 - media.hls reads it
+
+CHILD = Path(__file__).with_name("probe_child.py")
 
 # Playlists, concat lists, manifests and scripts: files that name other files or URLs. Refused as
 # inputs by extension here, and by their real format wherever FFmpeg or PyAV opens them (the
@@ -114,144 +129,112 @@ def orientation_of(width: int | None, height: int | None) -> str:
     return "square"
 
 
-def _avc_codec_string(extradata: bytes | None) -> str:
-    # avcC box: version(1)=1, profile_idc, profile_compatibility, level_idc.
-    if extradata and len(extradata) >= 4 and extradata[0] == 1:
-        return "avc1.%02x%02x%02x" % (extradata[1], extradata[2], extradata[3])
-    return ""
-
-
-def _duration(container: av.container.InputContainer) -> float:
-    if container.duration:
-        return container.duration / av.time_base
-    best = 0.0
-    for stream in container.streams:
-        if stream.duration and stream.time_base:
-            best = max(best, float(stream.duration * stream.time_base))
-    return best
-
-
-def _rotation(container: av.container.InputContainer, stream) -> int:
-    """Display rotation in degrees (0, 90, 180, 270). PyAV exposes it on decoded frames only."""
+def _size_of(path: Path | str | None, fd: int | None, shown: str) -> int:
     try:
-        for frame in container.decode(stream):
-            return int(round(getattr(frame, "rotation", 0) or 0)) % 360
-    except (av.error.FFmpegError, StopIteration):
-        return 0
-    return 0
-
-
-def _size_of(path: Path) -> int:
-    try:
-        size = os.stat(path).st_size
+        size = os.fstat(fd).st_size if fd is not None else os.stat(path).st_size
     except OSError as exc:
-        raise ProbeError(path, f"file not found or unreadable ({exc.strerror})") from exc
+        raise ProbeError(shown, f"file not found or unreadable ({exc.strerror})") from exc
     if size == 0:
-        raise ProbeError(path, "file is empty")
+        raise ProbeError(shown, "file is empty")
     return size
 
 
-def _video_fields(container: av.container.InputContainer, video) -> dict[str, Any]:
-    """MediaInfo's video fields; display size (width and height swapped for a 90° or 270° rotation)."""
-    if video is None:
-        return {
-            "width": None,
-            "height": None,
-            "fps": None,
-            "video_codec": "",
-            "video_profile": "",
-            "pix_fmt": "",
-            "rotation": 0,
-            "codec_string": "",
-        }
-    ctx = video.codec_context
-    width, height = ctx.width or None, ctx.height or None
-    rate = video.average_rate or video.guessed_rate
-    video_codec = ctx.name or ""
-    rotation = _rotation(container, video)
-    if rotation in (90, 270) and width and height:
-        width, height = height, width
-    return {
-        "width": width,
-        "height": height,
-        "fps": round(float(rate), 3) if rate else None,
-        "video_codec": video_codec,
-        "video_profile": video.profile or "",
-        "pix_fmt": ctx.pix_fmt or "",
-        "rotation": rotation,
-        "codec_string": _avc_codec_string(ctx.extradata) if video_codec == "h264" else "",
-    }
+def probe_timeout() -> float:
+    return float(getattr(settings, "JETENCODE", {}).get("PROBE_TIMEOUT_SECONDS", 60))
 
 
-def _audio_fields(audio) -> dict[str, Any]:
-    if audio is None:
-        return {"audio_codec": "", "sample_rate": None, "channels": None}
-    ctx = audio.codec_context
-    return {"audio_codec": ctx.name or "", "sample_rate": ctx.sample_rate, "channels": ctx.channels}
-
-
-def _open(path: Path) -> av.container.InputContainer:
-    """Open a user's file with the input whitelists (file protocol, media demuxers only)."""
+def _run_child(mode: str, paths: list[str], fds: list[int], shown: str) -> dict[str, Any]:
+    """Run the probe child on `paths` (`/proc/self/fd/N` for the open descriptors `fds`); its JSON answer."""
+    argv = [sys.executable, "-I", str(CHILD), mode, ",".join(INPUT_FORMATS), INPUT_PROTOCOLS, *paths]
+    child = subprocess.Popen(
+        argv,
+        env=sandbox.minimal_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=tuple(fds),
+        # The child setup is tiny: a prctl and a setrlimit, no locks, no imports.
+        preexec_fn=functools.partial(sandbox.child_setup, os.getpid(), sandbox.memory_limit_bytes()),  # noqa: PLW1509
+    )
     try:
-        return av.open(str(path), mode="r", metadata_errors="ignore", container_options=input_options())
-    except av.error.ValueError as exc:
-        # EINVAL from avformat_open_input: the probed demuxer is not on the whitelist.
-        raise ProbeError(path, f"not a media file: it {REFERENCE_KIND}") from exc
-    except av.error.FFmpegError as exc:
-        raise ProbeError(path, f"not a readable media file ({exc})") from exc
+        out, _err = child.communicate(timeout=probe_timeout())
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise ProbeError(shown, f"probing took longer than {probe_timeout():.0f} s") from None
+    try:
+        answer = json.loads(out.decode("utf-8", "replace")) if child.returncode == 0 else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        # Killed (by the memory limit's failed allocation, a crash in a decoder) or garbled.
+        raise ProbeError(shown, f"the file could not be probed within the limits (exit {child.returncode})")
+    return answer
 
 
-def reference_problem(path: Path | str, *, name: str | None = None) -> str | None:
+def _fd_path(path: Path | str, fd: int | None) -> str:
+    return f"/proc/self/fd/{fd}" if fd is not None else str(path)
+
+
+def reference_problems(fds: list[int], names: list[str]) -> list[str | None]:
+    """`reference_problem` for several open descriptors, in one probe process."""
+    problems: list[str | None] = [
+        REFERENCE_REFUSAL if Path(name).suffix.lower() in REFERENCE_EXTENSIONS else None for name in names
+    ]
+    ask = [index for index, problem in enumerate(problems) if problem is None]
+    if not ask:
+        return problems
+    chosen = [fds[index] for index in ask]
+    try:
+        answer = _run_child("reference", [_fd_path(None, fd) for fd in chosen], chosen, names[ask[0]])
+    except ProbeError:
+        return problems  # not this check's business: the validate stage and the stages say why
+    for index, refused in zip(ask, answer.get("references") or [], strict=False):
+        problems[index] = REFERENCE_REFUSAL if refused else None
+    return problems
+
+
+def reference_problem(
+    path: Path | str | None = None, *, name: str | None = None, fd: int | None = None
+) -> str | None:
     """Why `path` may not be an input (a playlist or another file that refers to files), or None.
 
     By extension first, then by the format FFmpeg itself probes (a playlist renamed .mp4 is still
     found when FFmpeg would read it as one). Files FFmpeg cannot read at all are not this check's
     business: the validate stage marks them invalid."""
-    path = Path(path)
-    if Path(name or path.name).suffix.lower() in REFERENCE_EXTENSIONS:
+    shown = name or Path(str(path)).name
+    if Path(shown).suffix.lower() in REFERENCE_EXTENSIONS:
         return REFERENCE_REFUSAL
     try:
-        container = av.open(str(path), mode="r", metadata_errors="ignore", container_options=input_options())
-    except av.error.ValueError:
-        return REFERENCE_REFUSAL
-    except (av.error.FFmpegError, OSError):
-        return None
-    container.close()
-    return None
+        answer = _run_child("reference", [_fd_path(path, fd)], [fd] if fd is not None else [], shown)
+    except ProbeError:
+        return None  # not this check's business: the validate stage and the stages say why
+    return REFERENCE_REFUSAL if any(answer.get("references") or []) else None
 
 
-def probe(path: Path | str, *, name: str | None = None) -> MediaInfo:
-    """`name`: the user's file name when `path` is a descriptor's /proc/self/fd path (its extension
-    and the messages come from it)."""
-    path = Path(path)
-    size = _size_of(path)
-    if Path(name or path.name).suffix.lower() in REFERENCE_EXTENSIONS:
-        raise ProbeError(name or path, f"not a media file: it {REFERENCE_KIND}")
-    container = _open(path)
-    try:
-        video = container.streams.video[0] if container.streams.video else None
-        audio = container.streams.audio[0] if container.streams.audio else None
-        if video is None and audio is None:
-            raise ProbeError(path, "no audio or video stream")
-        duration = _duration(container)
-        picture = _video_fields(container, video)
-        bitrate = container.bit_rate or (int(size * 8 / duration) if duration else None)
-        return MediaInfo(
-            path=str(path),
-            size_bytes=size,
-            format_name=container.format.name,
-            duration_seconds=round(duration, 3),
-            bitrate=int(bitrate) if bitrate else None,
-            has_video=video is not None,
-            has_audio=audio is not None,
-            orientation=orientation_of(picture["width"], picture["height"]),
-            **picture,
-            **_audio_fields(audio),
-        )
-    except av.error.FFmpegError as exc:
-        raise ProbeError(path, f"not a readable media file ({exc})") from exc
-    finally:
-        container.close()
+def probe(path: Path | str | None = None, *, name: str | None = None, fd: int | None = None) -> MediaInfo:
+    """Measure a media file in a probe process. `fd`: an open descriptor to measure instead of
+    `path` (media.paths.open_media_file); `name`: the user's file name (its extension and the
+    messages come from it)."""
+    shown = name or Path(str(path)).name
+    size = _size_of(path, fd, shown)
+    if Path(shown).suffix.lower() in REFERENCE_EXTENSIONS:
+        raise ProbeError(shown, f"not a media file: it {REFERENCE_KIND}")
+    answer = _run_child("probe", [_fd_path(path, fd)], [fd] if fd is not None else [], shown)
+    if "fields" not in answer:
+        reason = f"not a media file: it {REFERENCE_KIND}" if answer.get("reference") else answer.get("error")
+        raise ProbeError(shown, str(reason or "not a readable media file"))
+    fields = dict(answer["fields"])
+    duration = float(fields["duration_seconds"] or 0)
+    bitrate = fields.pop("container_bit_rate", None) or (int(size * 8 / duration) if duration else None)
+    return MediaInfo(
+        path=str(path) if fd is None else shown,
+        size_bytes=size,
+        bitrate=int(bitrate) if bitrate else None,
+        orientation=orientation_of(fields.get("width"), fields.get("height")),
+        **fields,
+    )
 
 
 def mp4_top_level_boxes(path: Path | str, limit: int = 64) -> list[str]:

@@ -20,8 +20,12 @@ How a rendition is measured (docs/media.md, "Measured quality"):
 
 from __future__ import annotations
 
+import array
 import json
 import math
+import random
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,23 +244,102 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+# parse_log reads the log as a stream: one frame object at a time, never the whole file (a ten-hour
+# 60 fps source scored frame by frame is a multi-gigabyte log). Means are exact over every frame;
+# the 5th percentile is exact up to MAX_PERCENTILE_FRAMES scored frames and, beyond, taken from a
+# uniform sample of that many (a fixed seed: the same log gives the same figure).
+MAX_PERCENTILE_FRAMES = 50_000
+LOG_CHUNK_CHARS = 64 * 1024
+MAX_FRAME_CHARS = 1024 * 1024  # one frame's JSON object; a larger one is not libvmaf's log
+_LOG_VERSION = re.compile(r'"version"\s*:\s*"([^"]{0,64})"')
+
+
+class _Pool:
+    """Running sums and a bounded sample of one metric."""
+
+    def __init__(self, keep: int, seed: int):
+        self.count, self.total = 0, 0.0
+        self.sample: array.array = array.array("d")
+        self.keep, self.random = keep, random.Random(seed)
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        if len(self.sample) < self.keep:
+            self.sample.append(value)
+        else:  # reservoir sampling (Algorithm R)
+            slot = self.random.randrange(self.count)
+            if slot < self.keep:
+                self.sample[slot] = value
+
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _log_frames(text) -> tuple[str, Iterator[dict]]:
+    """(libvmaf's version, an iterator over the log's frame objects), reading `text` in chunks."""
+    buffer = ""
+    while (start := buffer.find('"frames"')) < 0:
+        chunk = text.read(LOG_CHUNK_CHARS)
+        if not chunk:
+            raise ValueError("libvmaf scored no frames")
+        buffer += chunk
+        if len(buffer) > MAX_FRAME_CHARS:
+            raise ValueError("not a libvmaf log (no frames near its start)")
+    found = _LOG_VERSION.search(buffer[:start])
+    return (found.group(1) if found else "unknown"), _frame_objects(text, buffer[start + len('"frames"') :])
+
+
+def _frame_objects(text, buffer: str) -> Iterator[dict]:
+    decoder, position, opened = json.JSONDecoder(), 0, False
+    while True:
+        while position < len(buffer) and buffer[position] in " \t\r\n,:" + ("" if opened else "["):
+            opened = opened or buffer[position] == "["
+            position += 1
+        if opened and buffer.startswith("]", position):
+            return
+        try:
+            frame, end = decoder.raw_decode(buffer, position) if position < len(buffer) else (None, 0)
+        except ValueError:
+            frame = None
+        if frame is not None and opened:
+            yield frame
+            buffer, position = buffer[end:], 0
+            continue
+        chunk = text.read(LOG_CHUNK_CHARS)
+        if not chunk or len(buffer) - position > MAX_FRAME_CHARS:
+            raise ValueError("the libvmaf log is truncated or malformed")
+        buffer = buffer[position:] + chunk
+        position = 0
+
+
 def parse_log(log_path: Path) -> Scores:
-    """Pool libvmaf's per-frame JSON log (see the module docstring for why not its pooled figures)."""
-    data = json.loads(Path(log_path).read_text())
-    frames = [f.get("metrics", {}) for f in data.get("frames", [])]
+    """Pool libvmaf's per-frame JSON log (see the module docstring for why not its pooled figures),
+    read as a stream within a fixed memory bound (MAX_PERCENTILE_FRAMES, the comment above)."""
+    # Only VMAF has a percentile: PSNR and SSIM keep their sums.
+    vmaf, psnr, ssim = _Pool(MAX_PERCENTILE_FRAMES, 1), _Pool(0, 2), _Pool(0, 3)
+    frames = 0
+    with open(log_path, encoding="utf-8", errors="replace") as text:
+        version, objects = _log_frames(text)
+        for frame in objects:
+            metrics = frame.get("metrics", {}) if isinstance(frame, dict) else {}
+            frames += 1
+            if "vmaf" in metrics:
+                vmaf.add(float(metrics["vmaf"]))
+            # Identical frames give an infinite PSNR, which libvmaf caps (60 dB for 8-bit); keep it finite.
+            if "psnr_y" in metrics and math.isfinite(float(metrics["psnr_y"])):
+                psnr.add(float(metrics["psnr_y"]))
+            if "float_ssim" in metrics:
+                ssim.add(float(metrics["float_ssim"]))
     if not frames:
         raise ValueError("libvmaf scored no frames")
-    vmaf = [float(f["vmaf"]) for f in frames if "vmaf" in f]
-    # Identical frames give an infinite PSNR, which libvmaf caps (60 dB for 8-bit); keep it finite.
-    psnr = [float(f["psnr_y"]) for f in frames if "psnr_y" in f and math.isfinite(float(f["psnr_y"]))]
-    ssim = [float(f["float_ssim"]) for f in frames if "float_ssim" in f]
     return Scores(
-        frames=len(frames),
-        vmaf=_mean(vmaf),
-        vmaf_p5=percentile(vmaf, 5) if vmaf else None,
-        psnr_db=_mean(psnr),
-        ssim=_mean(ssim),
-        libvmaf_version=str(data.get("version") or "unknown"),
+        frames=frames,
+        vmaf=vmaf.mean(),
+        vmaf_p5=percentile(list(vmaf.sample), 5) if vmaf.count else None,
+        psnr_db=psnr.mean(),
+        ssim=ssim.mean(),
+        libvmaf_version=version,
     )
 
 

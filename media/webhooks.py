@@ -15,6 +15,7 @@ rebinding between check and connect does not help an attacker. Redirects are nev
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import hashlib
 import hmac
 import http.client
@@ -198,6 +199,39 @@ class Target:
     addresses: tuple[str, ...]  # resolved and checked, in resolver order
 
 
+# getaddrinfo has no timeout of its own: lookups run on a few threads and are waited for at most
+# DNS_TIMEOUT_SECONDS (JETENCODE_WEBHOOK_DNS_TIMEOUT_SECONDS); a lookup still running then counts as
+# "does not resolve". With every thread stuck, new lookups wait in the queue and time out the same way.
+_RESOLVER = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
+
+
+def dns_timeout() -> float:
+    return float(getattr(settings, "JETENCODE", {}).get("WEBHOOK_DNS_TIMEOUT_SECONDS", 5.0))
+
+
+def _lookup(host: str, port: int) -> list[str]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OSError):
+        return []
+    addresses: list[str] = []
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        text = sockaddr[0].split("%", 1)[0]  # drop an IPv6 zone id
+        if text not in addresses:
+            addresses.append(text)
+    return addresses
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """The addresses of `host` in resolver order, or [] when it does not resolve within the timeout."""
+    future = _RESOLVER.submit(_lookup, host, port)
+    try:
+        return future.result(timeout=dns_timeout())
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        return []
+
+
 def check_url(url: str, *, allow_private: bool | None = None) -> Target:
     """Parse, resolve and check a webhook URL. Raises UnsafeWebhookURL with the reason."""
     allow_private = allow_private_default() if allow_private is None else allow_private
@@ -220,25 +254,17 @@ def check_url(url: str, *, allow_private: bool | None = None) -> Target:
         raise UnsafeWebhookURL("webhook URL has no host")
     if parts.username or parts.password:
         raise UnsafeWebhookURL("webhook URL must not contain credentials")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise UnsafeWebhookURL(f"webhook host {host!r} does not resolve") from exc
-    addresses: list[str] = []
-    for _family, _type, _proto, _canon, sockaddr in infos:
-        text = sockaddr[0].split("%", 1)[0]  # drop an IPv6 zone id
-        if text not in addresses:
-            addresses.append(text)
-    if not addresses:
-        raise UnsafeWebhookURL(f"webhook host {host!r} does not resolve")
-    if not allow_private:
-        for text in addresses:
-            if not address_is_public(ipaddress.ip_address(text)):
-                # Which address it resolved to is not said: it would map internal names for a caller.
-                raise UnsafeWebhookURL(
-                    f"webhook host {host!r} is not a public address (loopback, private, link-local and "
-                    "other non-public targets are refused; JETENCODE_WEBHOOK_ALLOW_PRIVATE=true allows them)"
-                )
+    addresses = resolve(host, port)
+    # One message whether the name does not resolve (or not in time) or resolves to a non-public
+    # address: two would tell a caller which internal names exist. Nor is the address said.
+    if not addresses or (
+        not allow_private and not all(address_is_public(ipaddress.ip_address(a)) for a in addresses)
+    ):
+        raise UnsafeWebhookURL(
+            f"webhook host {host!r} is not a public address or does not resolve (names that do not resolve "
+            "in time, loopback, private, link-local and other non-public targets are refused; "
+            "JETENCODE_WEBHOOK_ALLOW_PRIVATE=true allows non-public ones)"
+        )
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query

@@ -249,13 +249,19 @@ def _usernames(user_ids: set) -> dict[int, str]:
 
 
 def job_list(
-    *, limit: int | None, offset: int = 0, with_category: bool = False, **filters: Any
+    *,
+    limit: int | None,
+    offset: int = 0,
+    with_category: bool = False,
+    after: tuple[Any, Any] | None = None,
+    **filters: Any,
 ) -> list[JobRow]:
-    """Jobs newest first (job_list in queries.sql: the filters and the two category filters)."""
-    rows = _rows(
-        "job_list",
-        {**_job_filters(**filters), "with_category": with_category, "limit": limit, "offset": offset},
-    )
+    """Jobs newest first (job_list in queries.sql: the filters and the two category filters);
+    `after` = (created_at, id) of the last job of the previous page (keyset paging)."""
+    after_at, after_id = after if after is not None else (None, None)
+    params = {"with_category": with_category, "limit": limit, "offset": offset}
+    params.update(after_created_at=after_at, after_id=None if after_id is None else str(after_id))
+    rows = _rows("job_list", {**_job_filters(**filters), **params})
     names = _usernames({row["created_by_id"] for row in rows if row["created_by_id"] is not None})
     return [JobRow(**row, created_by=names.get(row["created_by_id"])) for row in rows]
 

@@ -291,6 +291,12 @@ def evacuate_worker(uid: str) -> int:
     return _control("evacuate_worker", {"uid": uid})[0]["moved"]
 
 
+def undrain_worker(uid: str) -> str:
+    """Return a drained (or evacuated) worker to service; JobNotFound for an unknown uid,
+    ActionNotAllowed for an offline worker."""
+    return _control("undrain_worker", {"uid": uid})[0]["lifecycle"]
+
+
 def mark_stale_workers(stale_seconds: float) -> list[str]:
     return [row["uid"] for row in _call("mark_stale_workers", {"stale_seconds": stale_seconds})]
 

@@ -17,6 +17,10 @@ embedded_db.start_if_used()
 # of its own, which the workers and web servers it starts inherit.
 os.environ.setdefault("JETENCODE_SECRET_KEY", "tests-" + secrets.token_urlsafe(40))
 
+# Metric tests read /metrics right after changing the queue: no caching (tests/api/test_system.py
+# turns it on where the cache itself is tested).
+os.environ.setdefault("JETENCODE_METRICS_CACHE_SECONDS", "0")
+
 from jetencode.settings import *  # noqa: E402, F403
 from jetencode.settings import DATABASES, STORAGES  # noqa: E402
 

@@ -12,50 +12,23 @@ nothing is left running when it exits (`kill_all()`).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import os
-import resource
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from media import ffmpeg
+from media import ffmpeg, sandbox
 
 log = logging.getLogger("jetencode.worker")
 
-PR_SET_PDEATHSIG = 1
-
-_prctl = None
-if sys.platform.startswith("linux"):
-    try:
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # no libc symbol: no parent-death signal
-        _prctl = None
-
-
-def _child_setup(parent_pid: int, memory_bytes: int) -> None:  # between fork and exec: keep it tiny
-    if _prctl is not None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the worker died before prctl took effect
-        os._exit(111)
-    if memory_bytes > 0:
-        # Address space of the stage's process (FFmpeg): an allocation past it fails inside FFmpeg,
-        # which exits with an error, instead of the machine's OOM killer picking the worker.
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-
-
-def memory_limit_bytes() -> int:
-    """JETENCODE_FFMPEG_MEMORY_MB as bytes (0: no limit), read when a stage process starts."""
-    from django.conf import settings
-
-    megabytes = int(getattr(settings, "JETENCODE", {}).get("FFMPEG_MEMORY_MB", 0) or 0)
-    return max(0, megabytes) * 1024 * 1024
+# The box (environment, memory limit, parent-death signal) is media.sandbox's, shared with probes.
+_child_setup = sandbox.child_setup
+memory_limit_bytes = sandbox.memory_limit_bytes
 
 
 def _live_members(pgid: int) -> int | None:
@@ -157,35 +130,10 @@ def _forget(group: ProcessGroup) -> None:
         _live.discard(group)
 
 
-# What a stage process (FFmpeg) inherits from the worker's environment: the locale, PATH and the
-# variables GPU drivers read. Never DATABASE_URL, cloud credentials, the secret key or any other
-# JETENCODE_/AWS_ variable: a stage needs none of them, and FFmpeg may be handed hostile files.
-SUBPROCESS_ENV_NAMES = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "LANG",
-        "LANGUAGE",
-        "TZ",
-        "TMPDIR",
-        "USER",
-        "LOGNAME",
-        "LD_LIBRARY_PATH",
-        "PYTHONUNBUFFERED",
-    }
-)
-SUBPROCESS_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "LIBVA_", "VDPAU_", "INTEL_", "MFX_", "ONEVPL_")
-
-
-def minimal_environment(source: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a stage process gets: `source` (default os.environ) filtered to the names
-    above."""
-    source = os.environ if source is None else source
-    return {
-        name: value
-        for name, value in source.items()
-        if name in SUBPROCESS_ENV_NAMES or name.startswith(SUBPROCESS_ENV_PREFIXES)
-    }
+# What a stage process (FFmpeg) inherits from the worker's environment: media.sandbox's few names.
+SUBPROCESS_ENV_NAMES = sandbox.SUBPROCESS_ENV_NAMES
+SUBPROCESS_ENV_PREFIXES = sandbox.SUBPROCESS_ENV_PREFIXES
+minimal_environment = sandbox.minimal_environment
 
 
 def start(

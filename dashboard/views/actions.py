@@ -154,3 +154,21 @@ def worker_evacuate(request, uid):
         fallback=fallback,
         extra={"jobs_moved": moved},
     )
+
+
+@operator_required
+def worker_undrain(request, uid):
+    """Return a drained or evacuated worker to service (the API's POST /v2/workers/{uid}/undrain)."""
+    fallback = reverse("dashboard:worker", args=[uid])
+    try:
+        lifecycle = repository.undrain_worker(uid)
+    except repository.JobNotFound:
+        return answer(request, f"Worker {uid} not found", status=404, fallback=fallback)
+    except repository.ActionNotAllowed as exc:
+        return answer(request, str(exc), status=409, fallback=fallback)
+    return answer(
+        request,
+        f"Worker {uid} is {lifecycle}: it claims work again",
+        fallback=fallback,
+        extra={"lifecycle": lifecycle},
+    )

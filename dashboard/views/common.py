@@ -125,7 +125,14 @@ class CheapPage:
         return (self.number - 1) * self.per_page + len(self.items)
 
 
-def page_number(request: HttpRequest, maximum: int = 100_000) -> int:
+# Pages stop at this offset (OFFSET reads and drops every row before the page): deeper rows are
+# reached by the filters. The API has the same bound (api.paging).
+MAX_OFFSET = 10_000
+
+
+def page_number(request: HttpRequest, per_page: int) -> int:
+    """The requested page, clamped to 1..the last page before MAX_OFFSET rows."""
+    maximum = MAX_OFFSET // max(1, per_page) + 1
     try:
         return max(1, min(int(request.GET.get("page", "1")), maximum))
     except ValueError:
@@ -138,6 +145,6 @@ def cheap_page(queryset, request: HttpRequest, per_page: int) -> CheapPage:
 
 def cheap_page_of(fetch, request: HttpRequest, per_page: int) -> CheapPage:
     """The same page from `fetch(limit, offset) -> rows` (a named query of scheduler.queries)."""
-    number = page_number(request)
+    number = page_number(request, per_page)
     rows = fetch(per_page + 1, (number - 1) * per_page)
     return CheapPage(rows[:per_page], number, per_page, len(rows) > per_page)

@@ -49,7 +49,7 @@ def queue(request):
         state = None
     worker = request.GET.get("worker")
     worker = None if worker in (None, "", "*") else ("" if worker == "-" else worker)
-    number = page_number(request, maximum=1000)
+    number = page_number(request, PAGE_SIZE)
     entries = queries.queue_list(
         worker=worker, state=state, limit=PAGE_SIZE + 1, offset=(number - 1) * PAGE_SIZE
     )

@@ -305,6 +305,9 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') = %(category)s)
+  -- Keyset paging: after the last job of the previous page, in this order.
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (j.created_at, j.id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 

@@ -80,6 +80,10 @@ SELECT drain_worker_v2(%(uid)s) AS lifecycle
 -- An operator evacuates a worker: every job pinned to it moves now, running stages included.
 SELECT evacuate_worker_v2(%(uid)s) AS moved
 
+-- name: undrain_worker
+-- An operator returns a drained worker to service: it claims again.
+SELECT undrain_worker_v1(%(uid)s) AS lifecycle
+
 -- name: mark_stale_workers
 -- Report workers silent for longer than stale_seconds as offline.
 SELECT stale.uid FROM mark_stale_workers_v1(%(stale_seconds)s) AS stale(uid)

@@ -208,7 +208,13 @@ def test_it_lists_jobs_newest_first_with_pagination(operator_api, enqueue):
     for n, job_id in enumerate(ids):
         Job.objects.filter(pk=job_id).update(created_at=start + timedelta(seconds=n))
     page1 = operator_api.get("/v2/jobs", {"limit": 2}).json()
-    assert page1["pagination"] == {"page": 1, "limit": 2, "total": 5, "total_pages": 3}
+    assert {k: v for k, v in page1["pagination"].items() if k != "next_cursor"} == {
+        "page": 1,
+        "limit": 2,
+        "total": 5,
+        "total_pages": 3,
+    }
+    assert page1["pagination"]["next_cursor"]  # a full page: the cursor continues after it
     assert [j["id"] for j in page1["data"]] == ids[::-1][:2]
     page3 = operator_api.get("/v2/jobs", {"limit": 2, "page": 3}).json()
     assert [j["id"] for j in page3["data"]] == [ids[0]]
@@ -218,7 +224,7 @@ def test_it_lists_jobs_newest_first_with_pagination(operator_api, enqueue):
 def test_an_empty_list_has_zero_pages(operator_api):
     assert operator_api.get("/v2/jobs").json() == {
         "data": [],
-        "pagination": {"page": 1, "limit": 20, "total": 0, "total_pages": 0},
+        "pagination": {"page": 1, "limit": 20, "total": 0, "total_pages": 0, "next_cursor": None},
     }
 
 

@@ -2,7 +2,7 @@
 
 - `API`: every API operation → how to make its target, its success status, its effect;
 - `dashboard_actions(world)`: every dashboard action (dashboard.views.actions, job creation,
-  library actions, worker drain and evacuate) with its target and effect;
+  library actions, worker drain, evacuate and undrain) with its target and effect;
 - `ADMIN_ACTIONS`: every Django admin action of the project's models, with its target and effect;
 - `World`: fresh targets for each request, so every allowed action has something to act on;
 - `fingerprint()`: everything an API, dashboard or admin request could change, in a comparable
@@ -179,6 +179,11 @@ API = {
         200,
         lambda p: QueueWorker.objects.get(pk=p["uid"]).lifecycle == "draining",
     ),
+    ("POST", "/v2/workers/{uid}/undrain"): (
+        lambda w: ({"uid": _drained(w.worker())}, None),
+        200,
+        lambda p: QueueWorker.objects.get(pk=p["uid"]).lifecycle == "active",
+    ),
     ("GET", "/v2/stats"): (lambda w: ({}, None), 200, None),
     ("GET", "/v1/sysinfo"): (lambda w: ({}, None), 200, None),
 }
@@ -241,7 +246,21 @@ def dashboard_actions(world):
     actions.append(
         ("worker_evacuate", evacuate, lambda uid: QueueWorker.objects.get(pk=uid).lifecycle == "draining")
     )
+
+    def undrain():
+        uid = _drained(world.worker())
+        return reverse("dashboard:worker_undrain", args=[uid]), {}, uid
+
+    actions.append(
+        ("worker_undrain", undrain, lambda uid: QueueWorker.objects.get(pk=uid).lifecycle == "active")
+    )
     return actions
+
+
+def _drained(uid: str) -> str:
+    """A worker drained (the target of undrain)."""
+    repository.drain_worker(uid)
+    return uid
 
 
 # ---- the admin -----------------------------------------------------------------------------------------

@@ -146,7 +146,7 @@ def validate(ctx: StageContext) -> dict:
     fields: dict = {"validated_at": timezone.now()}
     try:
         with open_media_file(rel, what="input") as (fd, path):
-            info = probe(f"/proc/self/fd/{fd}", name=path.name)
+            info = probe(fd=fd, name=path.name)
         if not info.has_video:
             raise ProbeError(path, "no video stream")
         fields.update(info.asset_fields(), valid=True, invalid_reason="")

@@ -1,4 +1,4 @@
-"""`python manage.py create_api_token USERNAME [--scope read|operate] [--name NAME]`
+"""`python manage.py create_api_token USERNAME [--scope read|operate|fleet] [--name NAME]`
 
 Prints the raw token as the last line of its output. Only its SHA-256 is stored: it cannot be shown
 again, so a lost token is revoked (admin) and replaced.
@@ -18,9 +18,10 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument(
             "--scope",
-            choices=["read", "operate"],
+            choices=["read", "operate", "fleet"],
             default="read",
-            help="read: GET only; operate: everything the user's permissions allow (default read)",
+            help="read: GET only; operate: everything the user's permissions allow; fleet: GET and drain, "
+            "evacuate, undrain workers only (default read)",
         )
         parser.add_argument(
             "--name", default="", help="A label to recognise the token by (e.g. the integration)"
@@ -39,7 +40,7 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"warning: {username} is in neither Viewers nor Operators: every request will get 403"
             )
-        elif scope == "operate" and not can_operate(user):
+        elif scope in ("operate", "fleet") and not can_operate(user):
             self.stderr.write(
                 f"warning: {username} lacks scheduler.operate_queue: changes will get 403 "
                 "(add the user to the Operators group)"
