@@ -46,7 +46,7 @@ SETTLE_SECONDS = 8.0  # after start-up: every worker's first look and first beat
 # past its start-up chores (its first retention purge comes 30-90 s after it starts, its first
 # sample within 5 s; each backend's first calls load caches and compile functions). In the first
 # minute an idle farm costs PostgreSQL more, and a 10-s timeline at 100 workers moved from 8.2 %
-# of a core to 4-5 % over three minutes (docs/benchmarks.md, "Sixth round"): both are reported.
+# of a core to 4-5 % over three minutes (docs/benchmarks-history.md, "Sixth round"): both are reported.
 STEADY_AFTER_SECONDS = 95.0
 
 

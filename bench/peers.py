@@ -527,40 +527,71 @@ def _per_job(before: dict, after: dict, jobs: int) -> dict:
     return out
 
 
+def _warm_up(system, conn, warm: int) -> None:
+    """Run `warm` jobs through the started workers before anything is measured."""
+    warm_mark = system.mark(conn)
+    with system.producer() as enqueue:
+        for _ in range(warm // PRODUCER_BATCH):
+            enqueue(PRODUCER_BATCH)
+        if warm % PRODUCER_BATCH:
+            enqueue(warm % PRODUCER_BATCH)
+    if _wait_done(system, conn, warm_mark, warm, 60) < warm:
+        raise RuntimeError(f"{system.name} warm-up: fewer than {warm} jobs completed in 60 s")
+    time.sleep(0.3)  # the last warm-up completions' log/event writes are in
+
+
+def _timed_drain(system, conn, producer, pids, count: int) -> dict:
+    """Release the producer, wait for `count` jobs, and measure the span, CPU and totals."""
+    producer.start()
+    producer.ready.wait(30)
+    mark = system.mark(conn)
+    meter = CpuMeter(system.database, pids, system.url).start()
+    bench_process = psutil.Process()
+    own_before = bench_process.cpu_times()
+    started = time.perf_counter()
+    producer.go.set()
+    finished = _wait_done(system, conn, mark, count, 120 + count / 10)
+    wall = time.perf_counter() - started
+    time.sleep(0.15)  # a batched log flush (pgqueuer) lands before the totals are read
+    cpu = meter.stop()
+    own_after = bench_process.cpu_times()
+    producer.finish()
+    completed, first, last = system.totals(conn, mark)
+    own = (own_after.user + own_after.system) - (own_before.user + own_before.system)
+    return {
+        "finished": finished,
+        "wall": wall,
+        "cpu": cpu,
+        "own_cpu": own,
+        "totals": (completed, first, last),
+    }
+
+
+def _cpu_ms_per_job(cpu: dict, completed: int) -> dict:
+    def ms(seconds):
+        return round(1000 * seconds / completed, 3) if completed else None
+
+    total = cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]
+    return {
+        "workers": ms(cpu["workers_cpu_seconds"]),
+        "postgres_backends": ms(cpu["backends_cpu_seconds"]),
+        **{f"postgres_{role}": ms(sec) for role, sec in cpu.get("backends_cpu_seconds_by_role", {}).items()},
+        "total": ms(total) if total else None,
+    }
+
+
 def run_one(system, *, processes: int, concurrency: int, count: int, round_no: int, log) -> dict:
     load_before = os.getloadavg()
     producer = _Producer(system, count, PRODUCER_BATCH)
-    bench_process = psutil.Process()
+    warm = processes * concurrency * 2
     with db.connect(system.url, application_name="jetencode-bench-poller") as conn:
         system.reset(conn)
         counters_before = _db_counters(conn)
         pids = system.start(processes, concurrency)
         try:
-            warm = processes * concurrency * 2
-            warm_mark = system.mark(conn)
-            with system.producer() as enqueue:
-                for _ in range(warm // PRODUCER_BATCH):
-                    enqueue(PRODUCER_BATCH)
-                if warm % PRODUCER_BATCH:
-                    enqueue(warm % PRODUCER_BATCH)
-            if _wait_done(system, conn, warm_mark, warm, 60) < warm:
-                raise RuntimeError(f"{system.name} warm-up: fewer than {warm} jobs completed in 60 s")
-            time.sleep(0.3)  # the last warm-up completions' log/event writes are in
+            _warm_up(system, conn, warm)
             connections = _connections(conn)
-            producer.start()
-            producer.ready.wait(30)
-            mark = system.mark(conn)
-            meter = CpuMeter(system.database, pids, system.url).start()
-            own_before = bench_process.cpu_times()
-            started = time.perf_counter()
-            producer.go.set()
-            finished = _wait_done(system, conn, mark, count, 120 + count / 10)
-            wall = time.perf_counter() - started
-            time.sleep(0.15)  # a batched log flush (pgqueuer) lands before the totals are read
-            cpu = meter.stop()
-            own_after = bench_process.cpu_times()
-            producer.finish()
-            completed, first, last = system.totals(conn, mark)
+            run = _timed_drain(system, conn, producer, pids, count)
         finally:
             producer.release.set()
             producer.go.set()
@@ -568,9 +599,8 @@ def run_one(system, *, processes: int, concurrency: int, count: int, round_no: i
         time.sleep(0.3)  # exited backends have flushed their counters
         counters_after = _db_counters(conn)
     load_after = os.getloadavg()
-    own = (own_after.user + own_after.system) - (own_before.user + own_before.system)
+    completed, first, last = run["totals"]
     span = (last - first).total_seconds() if first and last else None
-    per_job = (cpu["workers_cpu_seconds"] + cpu["backends_cpu_seconds"]) / completed if completed else None
     result = {
         "system": system.name,
         "round": round_no,
@@ -578,30 +608,19 @@ def run_one(system, *, processes: int, concurrency: int, count: int, round_no: i
         "concurrency": concurrency,
         "shape": f"{processes}x{concurrency}",
         "jobs": count,
-        "jobs_finished": finished,
+        "jobs_finished": run["finished"],
         "jobs_completed": completed,
         "first_enqueue": first.isoformat() if first else None,
         "last_completion": last.isoformat() if last else None,
         "span_seconds": round(span, 3) if span else None,
-        "wall_seconds": round(wall, 3),
+        "wall_seconds": round(run["wall"], 3),
         "enqueue_seconds": round(producer.enqueue_seconds, 3),
         "jobs_per_second": round(completed / span, 1) if span else None,
-        "cpu": cpu,
-        "cpu_ms_per_job": {
-            "workers": round(1000 * cpu["workers_cpu_seconds"] / completed, 3) if completed else None,
-            "postgres_backends": round(1000 * cpu["backends_cpu_seconds"] / completed, 3)
-            if completed
-            else None,
-            **{
-                f"postgres_{role}": round(1000 * seconds / completed, 3)
-                for role, seconds in cpu.get("backends_cpu_seconds_by_role", {}).items()
-                if completed
-            },
-            "total": round(1000 * per_job, 3) if per_job else None,
-        },
+        "cpu": run["cpu"],
+        "cpu_ms_per_job": _cpu_ms_per_job(run["cpu"], completed),
         # The bench process itself (the producer's thread and the 50 ms poller): its Python, not
         # in the totals above (the producer's PostgreSQL backend is, as postgres_producer).
-        "bench_process_cpu_ms_per_job": round(1000 * own / completed, 3) if completed else None,
+        "bench_process_cpu_ms_per_job": round(1000 * run["own_cpu"] / completed, 3) if completed else None,
         # pg_stat_database of the system's database from before its workers started until after
         # they stopped, per job processed (the measured jobs plus the warm-up): every backend's
         # transactions and rows written, the bench's own polls (20/s, read-only) included.
@@ -656,6 +675,27 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
+def _rounds(systems: list, shapes: list[int], rounds: int, count: int, log) -> list[dict]:
+    """Every shape, `rounds` times, the systems in alternating order (a system that always ran
+    first or last would carry the machine's drift alone)."""
+    runs: list[dict] = []
+    for processes in shapes:
+        for round_no in range(1, rounds + 1):
+            order = systems if round_no % 2 else list(reversed(systems))
+            for system in order:
+                runs.append(
+                    run_one(
+                        system,
+                        processes=processes,
+                        concurrency=CONCURRENCY,
+                        count=count,
+                        round_no=round_no,
+                        log=log,
+                    )
+                )
+    return runs
+
+
 def measure(
     url: str,
     database: str,
@@ -676,25 +716,11 @@ def measure(
         Procrastinate(url, database, workdir),
         PgQueuer(url, database, workdir),
     ]
-    runs: list[dict] = []
     machine_load_start = [round(x, 2) for x in os.getloadavg()]
     try:
         for system in systems:
             system.setup(log)
-        for processes in shapes:
-            for round_no in range(1, rounds + 1):
-                order = systems if round_no % 2 else list(reversed(systems))
-                for system in order:
-                    runs.append(
-                        run_one(
-                            system,
-                            processes=processes,
-                            concurrency=CONCURRENCY,
-                            count=count,
-                            round_no=round_no,
-                            log=log,
-                        )
-                    )
+        runs = _rounds(systems, shapes, rounds, count, log)
     finally:
         if not keep_databases:
             for system in systems:

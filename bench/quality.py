@@ -140,56 +140,39 @@ def measure_cost(conn, rel: str, pairs: int, timeout: float, log) -> dict:
     }
 
 
-def measure_savings(conn, rel: str, timeout: float, log) -> dict:
-    fixed = run_job(conn, {"input": rel}, timeout)
-    rungs = []
-    for entry in fixed["quality"]["renditions"]:
-        target = round(min(99.0, max(50.0, float(entry["vmaf"]))), 2)
-        height = int(entry["name"][:-1])
-        per_title = run_job(
-            conn, {"input": rel, "ladder": [{"height": height}], "target_vmaf": target}, timeout
-        )
-        [measured] = per_title["quality"]["renditions"]
-        search = measured.get("search") or {}
-        saved = 1 - measured["bitrate_kbps"] / entry["bitrate_kbps"] if entry["bitrate_kbps"] else None
-        rungs.append(
-            {
-                "name": entry["name"],
-                "fixed": {
-                    "crf": entry.get("crf"),
-                    "bitrate_kbps": entry["bitrate_kbps"],
-                    "vmaf": entry["vmaf"],
-                },
-                "target_vmaf": target,
-                "per_title": {
-                    "crf": measured.get("crf"),
-                    "bitrate_kbps": measured["bitrate_kbps"],
-                    "vmaf": measured["vmaf"],
-                    "target_met": measured.get("target_met"),
-                },
-                "probes": len(search.get("probes") or []),
-                "search_seconds": search.get("seconds"),
-                "bits_saved": round(saved, 4) if saved is not None else None,
-            }
-        )
-        log(
-            f"  {rel} {entry['name']}: fixed {entry['bitrate_kbps']:.0f} kbit/s VMAF {entry['vmaf']:.2f}; "
-            f"per-title crf {measured.get('crf')} {measured['bitrate_kbps']:.0f} kbit/s VMAF {measured['vmaf']:.2f} "
-            f"({len(search.get('probes') or [])} probes, {search.get('seconds')} s): "
-            f"{(saved or 0) * 100:.1f} % bits saved"
-        )
-    fixed_total = sum(r["fixed"]["bitrate_kbps"] for r in rungs)
-    per_title_total = sum(r["per_title"]["bitrate_kbps"] for r in rungs)
+def _per_title_rung(conn, rel: str, entry: dict, timeout: float, log) -> dict:
+    """One rung of the fixed-CRF ladder encoded again alone with target_vmaf = its own VMAF: the bits
+    the per-title search saves at equal quality."""
+    target = round(min(99.0, max(50.0, float(entry["vmaf"]))), 2)
+    height = int(entry["name"][:-1])
+    per_title = run_job(conn, {"input": rel, "ladder": [{"height": height}], "target_vmaf": target}, timeout)
+    [measured] = per_title["quality"]["renditions"]
+    search = measured.get("search") or {}
+    probes = len(search.get("probes") or [])
+    saved = 1 - measured["bitrate_kbps"] / entry["bitrate_kbps"] if entry["bitrate_kbps"] else None
+    log(
+        f"  {rel} {entry['name']}: fixed {entry['bitrate_kbps']:.0f} kbit/s VMAF {entry['vmaf']:.2f}; "
+        f"per-title crf {measured.get('crf')} {measured['bitrate_kbps']:.0f} kbit/s VMAF {measured['vmaf']:.2f} "
+        f"({probes} probes, {search.get('seconds')} s): {(saved or 0) * 100:.1f} % bits saved"
+    )
+    return {
+        "name": entry["name"],
+        "fixed": {"crf": entry.get("crf"), "bitrate_kbps": entry["bitrate_kbps"], "vmaf": entry["vmaf"]},
+        "target_vmaf": target,
+        "per_title": {k: measured.get(k) for k in ("crf", "bitrate_kbps", "vmaf", "target_met")},
+        "probes": probes,
+        "search_seconds": search.get("seconds"),
+        "bits_saved": round(saved, 4) if saved is not None else None,
+    }
+
+
+def _common_target(conn, rel: str, rungs: list[dict], fixed_total: float, timeout: float, log) -> dict:
+    """The whole ladder at one target_vmaf (COMMON_TARGET), against the fixed-CRF ladder."""
     common = run_job(conn, {"input": rel, "target_vmaf": COMMON_TARGET}, timeout)
     by_name = {r["name"]: r for r in common["quality"]["renditions"]}
+    keys = ("crf", "bitrate_kbps", "vmaf", "target_met")
     common_rungs = [
-        {
-            "name": r["name"],
-            "fixed": r["fixed"],
-            "per_title": {
-                k: by_name[r["name"]].get(k) for k in ("crf", "bitrate_kbps", "vmaf", "target_met")
-            },
-        }
+        {"name": r["name"], "fixed": r["fixed"], "per_title": {k: by_name[r["name"]].get(k) for k in keys}}
         for r in rungs
     ]
     common_total = sum(r["per_title"]["bitrate_kbps"] for r in common_rungs)
@@ -202,16 +185,24 @@ def measure_savings(conn, rel: str, timeout: float, log) -> dict:
         + f" ({common['seconds']:.1f} s)"
     )
     return {
+        "target_vmaf": COMMON_TARGET,
+        "rungs": common_rungs,
+        "ladder_bits_saved": round(1 - common_total / fixed_total, 4) if fixed_total else None,
+        "job_seconds": common["seconds"],
+    }
+
+
+def measure_savings(conn, rel: str, timeout: float, log) -> dict:
+    fixed = run_job(conn, {"input": rel}, timeout)
+    rungs = [_per_title_rung(conn, rel, entry, timeout, log) for entry in fixed["quality"]["renditions"]]
+    fixed_total = sum(r["fixed"]["bitrate_kbps"] for r in rungs)
+    per_title_total = sum(r["per_title"]["bitrate_kbps"] for r in rungs)
+    return {
         "rungs": rungs,
         "ladder_bits_saved": round(1 - per_title_total / fixed_total, 4) if fixed_total else None,
         "all_reached_target": all(r["per_title"]["target_met"] for r in rungs),
         "fixed_job_seconds": fixed["seconds"],
-        "common_target": {
-            "target_vmaf": COMMON_TARGET,
-            "rungs": common_rungs,
-            "ladder_bits_saved": round(1 - common_total / fixed_total, 4) if fixed_total else None,
-            "job_seconds": common["seconds"],
-        },
+        "common_target": _common_target(conn, rel, rungs, fixed_total, timeout, log),
     }
 
 

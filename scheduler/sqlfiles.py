@@ -1,14 +1,15 @@
-"""The scheduler's SQL files: named queries, the current functions, and migration snapshots.
+"""The scheduler's SQL files: named queries, the current functions, and what each migration installs.
 
 scheduler/sql/
   repository.sql, queries.sql   named queries: each under a `-- name: <name>` header and a one-line
                                 `-- description`, with named parameters (`%(task_id)s`)
   functions/NN_*.sql            the current functions, by concern in reading order
-  migrations/NNNN_*.sql         what each migration installs, kept as it was (never edited)
+  migrations/NNNN_*.sql         what each migration installs, kept as it was (never edited): 0002
+                                whole, each later one a delta (scheduler/sqldelta.py)
 
-`python -m scheduler.sqlfiles snapshot 0009_some_change` writes the snapshot a new migration runs:
-the current function files concatenated in order (scheduler/migrations/0008_sql_by_concern.py shows
-the migration around it).
+`python -m scheduler.sqlfiles delta 0017_some_change` writes the delta a new migration runs: the
+statements of the current function files that replaying the migration files would not install
+(scheduler/migrations/0016_sample_once_a_minute.py shows the migration around it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import re
 import sys
 from functools import cache
 from pathlib import Path
+
+from scheduler import sqldelta
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 FUNCTIONS_DIR = SQL_DIR / "functions"
@@ -59,27 +62,36 @@ def function_files() -> list[Path]:
     return sorted(FUNCTIONS_DIR.glob("*.sql"))
 
 
-def current_functions_sql() -> str:
-    """Every current function file, concatenated in order: what a new migration's snapshot holds."""
-    return "\n".join(f"-- ==== {path.name} ====\n\n{path.read_text()}" for path in function_files())
+def migration_files() -> list[Path]:
+    """What the migrations run, in order (0002 whole, each later one a delta)."""
+    return sorted(MIGRATIONS_DIR.glob("*.sql"))
 
 
-def snapshot(migration: str) -> str:
-    """The snapshot text for migration `migration` (e.g. '0009_some_change')."""
-    return (
-        f"-- Installed by migration {migration}: scheduler/sql/functions/*.sql concatenated in order, as\n"
-        "-- they were when the migration was written. A snapshot: never edit it; a later change to the\n"
-        "-- functions ships in a new migration with a snapshot of its own.\n\n" + current_functions_sql()
-    )
+def current_statements() -> list[sqldelta.Statement]:
+    """Every statement of the current function files, in installation order."""
+    return [statement for path in function_files() for statement in sqldelta.statements(path.read_text())]
+
+
+def pending_delta() -> tuple[list[sqldelta.Statement], list[str]]:
+    """(statements the migrations do not install yet, functions they install that no file defines)."""
+    before = sqldelta.installed(migration_files())
+    current = current_statements()
+    return sqldelta.delta(current, before), sqldelta.removed(current, before)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "snapshot":
-        print("usage: python -m scheduler.sqlfiles snapshot NNNN_migration_name", file=sys.stderr)
+    if len(argv) != 2 or argv[0] != "delta":
+        print("usage: python -m scheduler.sqlfiles delta NNNN_migration_name", file=sys.stderr)
         return 2
+    changed, removed = pending_delta()
+    for name in removed:
+        print(f"removed from the current files (write its DROP FUNCTION at the top by hand): {name}")
+    if not changed:
+        print("the migrations already install the current functions: no delta to write")
+        return 1
     path = MIGRATIONS_DIR / f"{argv[1]}.sql"
-    path.write_text(snapshot(argv[1]))
-    print(f"wrote {path.relative_to(SQL_DIR.parent.parent)}")
+    path.write_text(sqldelta.render(argv[1], changed))
+    print(f"wrote {path.relative_to(SQL_DIR.parent.parent)}: {len(changed)} statement(s)")
     return 0
 
 

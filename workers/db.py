@@ -202,7 +202,7 @@ _thread_keeper = threading.local()
 def _keeper_wrapper():
     """This thread's Django wrapper of the heartbeat pool, made once: a slot thread lives for many
     stages, and building a wrapper per final write was ~4 % of a worker's Python time per noop stage
-    (py-spy --gil, docs/benchmarks.md "Seventh round"). Between units it holds no connection."""
+    (py-spy --gil, docs/benchmarks-history.md "Seventh round"). Between units it holds no connection."""
     wrapper = getattr(_thread_keeper, "wrapper", None)
     if wrapper is None:
         wrapper = _thread_keeper.wrapper = connections.create_connection(KEEPER_ALIAS)

@@ -2,7 +2,7 @@
 
 Runs scheduler/sql/migrations/0002_functions_v1.sql: the v1 functions as this migration first
 installed them. A release that changes a function's contract adds a *_v2 function in a new
-migration with its own snapshot, so workers of the previous release keep working during a rolling
+migration with its own delta (scheduler/sqldelta.py), so workers of the previous release keep working during a rolling
 deploy.
 """
 

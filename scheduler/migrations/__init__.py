@@ -7,8 +7,9 @@ SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 
 def run_sql_file(name: str):
     """A RunPython operation body that runs scheduler/sql/migrations/<name>: the SQL this migration
-    installs, kept as it was when the migration was written (the current SQL in scheduler/sql/functions/
-    may have moved on since; a later migration installs that with a snapshot of its own).
+    installs (the statements that changed since the migration before, scheduler/sqldelta.py), kept
+    as it was when the migration was written; the current SQL in scheduler/sql/functions/ may have
+    moved on since, and a later migration installs that with a delta of its own.
 
     Sent straight to the cursor without parameters, so '%' in the SQL is not taken for a placeholder.
     """

@@ -1,10 +1,11 @@
 """Migrations are reproducible: an empty database migrated one step at a time ends with exactly the
 functions the current SQL files (scheduler/sql/functions/) define.
 
-Each migration that installs functions runs its own snapshot (scheduler/sql/migrations/), so an
-edit to a current file changes nothing in a migrated database until a new migration ships it. This
-test fails until it does: write the snapshot with `python -m scheduler.sqlfiles snapshot NNNN_name`
-and a migration that runs it (see scheduler/migrations/0008_sql_by_concern.py).
+Each migration that installs functions runs its own file (scheduler/sql/migrations/: 0002 whole, each
+later one a delta of what changed), so an edit to a current file changes nothing in a migrated
+database until a new migration ships it. These tests fail until it does: write the delta with
+`python -m scheduler.sqlfiles delta NNNN_name` and a migration that runs it (see
+scheduler/migrations/0016_sample_once_a_minute.py).
 """
 
 import ast
@@ -19,7 +20,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from scheduler import sqlfiles
+from scheduler import sqldelta, sqlfiles
 
 pytestmark = pytest.mark.django_db
 
@@ -111,7 +112,7 @@ def explain(migrated: dict[str, str], current: dict[str, str]) -> str:
             lines.append(f"{name} differs:\n" + "\n".join(diff))
     return (
         "The migrations do not install the current SQL. Ship the change in a new migration: "
-        "`python -m scheduler.sqlfiles snapshot NNNN_name` and a migration running it.\n" + "\n".join(lines)
+        "`python -m scheduler.sqlfiles delta NNNN_name` and a migration running it.\n" + "\n".join(lines)
     )
 
 
@@ -125,17 +126,36 @@ def test_migrating_step_by_step_installs_exactly_the_current_functions(empty_dat
     assert migrated == current, explain(migrated, current)
 
 
-def test_every_snapshot_is_run_by_its_migration():
+def test_the_migration_files_ship_every_current_statement():
+    """The same check as above, in text and without a database: replaying the migration files
+    leaves nothing of the current function files uninstalled, and installs nothing they dropped."""
+    changed, removed = sqlfiles.pending_delta()
+    assert not changed, "not shipped by any migration yet: " + ", ".join(s.key for s in changed)
+    assert not removed, f"installed by the migrations but in no current file: {removed}"
+
+
+def test_every_migration_file_is_run_by_its_migration():
     migrations_dir = ROOT / "scheduler" / "migrations"
-    for snapshot in sorted(sqlfiles.MIGRATIONS_DIR.glob("*.sql")):
-        migration = migrations_dir / f"{snapshot.stem}.py"
-        assert migration.exists(), f"{snapshot.name} has no migration {migration.name}"
-        assert f'run_sql_file("{snapshot.name}")' in migration.read_text(), migration.name
+    for sql_file in sqlfiles.migration_files():
+        migration = migrations_dir / f"{sql_file.stem}.py"
+        assert migration.exists(), f"{sql_file.name} has no migration {migration.name}"
+        assert f'run_sql_file("{sql_file.name}")' in migration.read_text(), migration.name
+
+
+def test_later_migration_files_are_deltas():
+    """Only 0002 holds the functions whole; a later file holds what changed (a few statements),
+    never a copy of every file again."""
+    whole = len([s for s in sqlfiles.current_statements() if s.is_function])
+    for sql_file in sqlfiles.migration_files()[1:]:
+        functions = [s for s in sqldelta.statements(sql_file.read_text()) if s.is_function]
+        assert len(functions) < whole * 0.5, (
+            f"{sql_file.name} installs {len(functions)} of {whole}: a snapshot?"
+        )
 
 
 def test_no_migration_reads_the_current_sql():
     """What a migration installs must not change when the current files do: migrations run their
-    snapshots (run_sql_file), never scheduler/sql/functions/ or the loader of sqlfiles."""
+    own files (run_sql_file), never scheduler/sql/functions/ or the loader of sqlfiles."""
     for migration in sorted((ROOT / "scheduler" / "migrations").glob("*.py")):
         tree = ast.parse(migration.read_text())
         docstrings = {

@@ -13,10 +13,11 @@
 -- scheduler/repository.py (its statements are named in scheduler/sql/repository.sql).
 --
 -- These files hold only CREATE OR REPLACE FUNCTION. Tables, columns and sequences live in the
--- Django migrations; a migration that installs functions runs a snapshot of its own
--- (scheduler/sql/migrations/NNNN_*.sql: these files concatenated when it was written), so migrating
--- an old database installs what each step installed then. An edit here therefore ships in a new
--- migration with a new snapshot; tests/scheduler/test_migrations.py fails until it does.
+-- Django migrations; a migration that installs functions runs a file of its own
+-- (scheduler/sql/migrations/NNNN_*.sql: the statements of these files that changed since the
+-- migration before, scheduler/sqldelta.py), so migrating an old database installs what each step
+-- installed then. An edit here therefore ships in a new migration with a delta of its own
+-- (`python -m scheduler.sqlfiles delta NNNN_name`); tests/scheduler/test_migrations.py fails until it does.
 --
 -- Versions. Names carry a version (claim_task_v1). A release that changes a function's signature or
 -- contract adds *_v2 beside it: workers of the previous release keep calling *_v1 during a rolling

@@ -1,33 +1,6 @@
--- Installed by migration 0005_hot_path: scheduler/sql/functions_v1.sql as it was at commit ee5c6afc9237,
--- the commit that added the migration. A snapshot: never edit it (the current SQL lives in
--- scheduler/sql/functions/; a change there ships in a new migration with its own snapshot).
---
--- JetEncode scheduler, version 1: every statement that changes queue state.
---
--- Versioned names (claim_task_v1, ...) let a rolling deploy run old and new workers side by side: a
--- later release adds *_v2 functions in a new migration and drops the v1 ones one release later.
---
--- Canonical lock order, everywhere: worker row -> queue_scheduler_state (claims and operator
--- controls) -> job_schedule row -> queue_tasks rows. Heartbeats and finishes skip the scheduler row.
--- Every time is PostgreSQL's now(); the application clock is never trusted.
---
--- The write path (enqueue, claim, progress, heartbeat, finish, fail, release, refresh) runs with
--- `SET enable_seqscan = off`: PL/pgSQL plans its statements once per session and keeps them, and a
--- plan made while the queue's statistics say it is empty (a fresh queue after ANALYZE, or one
--- autovacuum analyzed while drained) turns every primary-key lookup into a sequential scan until
--- the next ANALYZE (~20 whole-table scans per stage, measured in docs/benchmarks.md).
---
--- Errors raised for the repository to map:
---   JE404  the job does not exist            JE409  the action does not apply in the job's state
---   JE410  the worker session was replaced   JE422  invalid argument (message names the field)
-
-CREATE SEQUENCE IF NOT EXISTS job_position_seq;
-
--- Retry delay: n = completed attempt - 1, delay = min(n^4 + 15 s, 1 h). No jitter.
-CREATE OR REPLACE FUNCTION retry_delay_v1(p_attempt int) RETURNS interval
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT make_interval(secs => least(power(greatest(p_attempt - 1, 0), 4) + 15, 3600))
-$$;
+-- Installed by migration 0005_hot_path: the statements of scheduler/sql/functions/ that changed
+-- since the migration before it (a delta, written by `python -m scheduler.sqlfiles delta`).
+-- Never edit it: a later change ships in a new migration with a delta of its own.
 
 -- Children and webhooks are deduplicated by SHA-256(task type, 0x1f, canonical payload).
 -- jsonb's text form is canonical (keys sorted, whitespace normalised). STABLE, like convert_to: a
@@ -36,11 +9,6 @@ $$;
 CREATE OR REPLACE FUNCTION dedupe_key_v1(p_type text, p_payload jsonb) RETURNS text
 LANGUAGE sql STABLE AS $$
   SELECT encode(sha256(convert_to(p_type, 'UTF8') || '\x1f'::bytea || convert_to(p_payload::text, 'UTF8')), 'hex')
-$$;
-
-CREATE OR REPLACE FUNCTION log_line_v1(p_message text) RETURNS text
-LANGUAGE sql STABLE AS $$
-  SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z" ') || p_message || E'\n'
 $$;
 
 -- Append-only audit of fenced writes (accepted completions, failures, releases, publications,
@@ -58,25 +26,6 @@ BEGIN
   VALUES (now(), p_task.id, p_task.job_id, p_operation, p_accepted, coalesce(p_reason, ''), p_token, p_worker,
           p_session, p_task.attempt, p_task.execution_id);
 END
-$$;
-
--- The fence: NULL when the caller still owns the task, else the first condition that fails.
-CREATE OR REPLACE FUNCTION fence_reason_v1(t queue_tasks, s job_schedule, w queue_workers,
-                                           p_token uuid, p_worker text, p_session uuid) RETURNS text
-LANGUAGE sql STABLE AS $$
-  SELECT CASE
-    WHEN t.id IS NULL THEN 'task does not exist'
-    WHEN t.state <> 'running' THEN 'task is ' || t.state
-    WHEN t.lease_token IS DISTINCT FROM p_token THEN 'lease token is not current'
-    WHEN t.claimed_by IS DISTINCT FROM p_worker THEN 'task is claimed by another worker'
-    WHEN w.uid IS NULL OR w.current_session_id IS DISTINCT FROM p_session THEN 'worker session is not current'
-    WHEN t.claimed_worker_session_id IS DISTINCT FROM p_session THEN 'task was claimed by another session'
-    WHEN t.execution_id <> s.execution_id THEN 'execution generation changed'
-    WHEN t.claimed_reservation_id IS DISTINCT FROM s.reservation_id THEN 'job reservation generation changed'
-    WHEN t.claimed_reservation_id IS DISTINCT FROM w.reservation_id THEN 'worker reservation generation changed'
-    WHEN t.lease_expires_at <= now() THEN 'lease expired'
-    WHEN t.deadline_at <= now() THEN 'execution deadline passed'
-  END
 $$;
 
 -- Recompute what the claim index and the job row derive from the job's tasks: runnable columns,
@@ -161,26 +110,6 @@ BEGIN
 END
 $$;
 
--- The terminal webhook: cluster placement (any ordinary worker), background pool, its own attempt
--- limit. Its key includes the manual-retry count so a retried job can notify again.
-CREATE OR REPLACE FUNCTION enqueue_webhook_v1(p_job uuid, p_execution int, p_status text, p_url text,
-                                              p_manual_retry int) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-  payload jsonb := jsonb_build_object(
-    'event', 'job.' || p_status, 'url', p_url, 'manual_retry', p_manual_retry,
-    'webhook_id', 'msg_' || replace(p_job::text, '-', '') || '_' || p_status || '_' || p_manual_retry);
-BEGIN
-  INSERT INTO queue_tasks (job_id, execution_id, task_type, payload, dedupe_key, wait_for_siblings, placement,
-                           pool, resource_category, vram_mb, state, available_at, attempt, max_attempts,
-                           timeout_seconds, progress, progress_detail, created_at)
-  VALUES (p_job, p_execution, 'webhook', payload, dedupe_key_v1('webhook', payload), false, 'cluster',
-          'background', 'cpu', 0, 'pending', now(), 0, 8, 60, 0, '{}', now())
-  ON CONFLICT (job_id, execution_id, dedupe_key) DO NOTHING;
-  PERFORM pg_notify('jetencode_queue_tasks', 'background');
-END
-$$;
-
 -- A job execution starts with one dispatch task: media pool, cpu category, no VRAM, available now
 -- (enqueue_job_v1 writes the job's derived columns from exactly these facts).
 CREATE OR REPLACE FUNCTION insert_dispatch_v1(p_job uuid, p_execution int, p_type text, p_max_attempts int,
@@ -193,18 +122,6 @@ BEGIN
   VALUES (p_job, p_execution, p_type, '{}', dedupe_key_v1('dispatch', jsonb_build_object('execution', p_execution)),
           false, 'dispatch', 'media', 'cpu', 0, 'pending', now(), 0, p_max_attempts, p_timeout, 0, '{}', now());
 END
-$$;
-
--- A worker may take targeted dispatch only while active and fresh.
-CREATE OR REPLACE FUNCTION worker_accepts_targets_v1(p_uid text, p_stale_seconds float) RETURNS text
-LANGUAGE sql STABLE AS $$
-  SELECT CASE
-    WHEN w.uid IS NULL THEN 'unknown worker'
-    WHEN w.lifecycle = 'draining' THEN 'worker is draining'
-    WHEN w.lifecycle = 'offline' OR w.last_heartbeat_at < now() - make_interval(secs => p_stale_seconds)
-      THEN 'worker is offline (no heartbeat since ' || coalesce(to_char(w.last_heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), 'never') || ' UTC)'
-  END
-  FROM (SELECT 1) one LEFT JOIN queue_workers w ON w.uid = p_uid
 $$;
 
 -- Enqueue a job, its schedule and its dispatch task in one transaction. The position comes from a
@@ -247,62 +164,6 @@ BEGIN
   END IF;
   RETURN new_id;
 END
-$$;
-
--- Register a process start. The new session fences the previous one of the same uid at once: its
--- running tasks' leases are expired so the recovery loop can hand them on without waiting.
-CREATE OR REPLACE FUNCTION register_worker_v1(
-  p_uid text, p_session uuid, p_hostname text, p_pid int, p_version text, p_concurrency int,
-  p_background_slots int, p_limits jsonb, p_vram int, p_capabilities jsonb, p_workspace text
-) RETURNS uuid
-LANGUAGE plpgsql AS $$
-DECLARE
-  previous uuid;
-BEGIN
-  SELECT current_session_id INTO previous FROM queue_workers WHERE uid = p_uid FOR UPDATE;
-  INSERT INTO queue_workers (uid, current_session_id, hostname, pid, version, concurrency, background_slots,
-                             category_limits, vram_total_mb, lifecycle, registered_at, last_heartbeat_at,
-                             system_sample, capabilities, workspace)
-  VALUES (p_uid, p_session, p_hostname, p_pid, p_version, p_concurrency, p_background_slots, p_limits, p_vram,
-          'active', now(), now(), '{}', p_capabilities, p_workspace)
-  ON CONFLICT (uid) DO UPDATE SET
-    current_session_id = EXCLUDED.current_session_id, hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
-    version = EXCLUDED.version, concurrency = EXCLUDED.concurrency,
-    background_slots = EXCLUDED.background_slots, category_limits = EXCLUDED.category_limits,
-    vram_total_mb = EXCLUDED.vram_total_mb, lifecycle = 'active', registered_at = now(),
-    last_heartbeat_at = now(), capabilities = EXCLUDED.capabilities, workspace = EXCLUDED.workspace;
-  IF previous IS NOT NULL AND previous <> p_session THEN
-    UPDATE queue_tasks SET lease_expires_at = now() - interval '1 millisecond'
-    WHERE state = 'running' AND claimed_worker_session_id = previous;
-  END IF;
-  RETURN previous;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION worker_heartbeat_v1(p_uid text, p_session uuid, p_sample jsonb) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-  result text;
-BEGIN
-  UPDATE queue_workers SET
-    last_heartbeat_at = now(),
-    system_sample = coalesce(p_sample, system_sample),
-    lifecycle = CASE WHEN lifecycle = 'offline' THEN 'active' ELSE lifecycle END
-  WHERE uid = p_uid AND current_session_id = p_session
-  RETURNING lifecycle INTO result;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE410', MESSAGE = 'uid taken over by a newer session: ' || p_uid;
-  END IF;
-  RETURN result;
-END
-$$;
-
--- The session itself says draining/offline (shutdown). Fenced on the session.
-CREATE OR REPLACE FUNCTION set_session_lifecycle_v1(p_uid text, p_session uuid, p_lifecycle text) RETURNS boolean
-LANGUAGE sql AS $$
-  UPDATE queue_workers SET lifecycle = p_lifecycle, last_heartbeat_at = now()
-  WHERE uid = p_uid AND current_session_id = p_session
-  RETURNING true
 $$;
 
 -- The claim: one round trip, the design's seven steps.
@@ -803,62 +664,6 @@ BEGIN
 END
 $$;
 
--- Recovery by liveness: leases that stopped being renewed (or deadlines passed). SKIP LOCKED keeps
--- every worker's recovery loop safe to run at once; a task is handled by exactly one of them.
-CREATE OR REPLACE FUNCTION recover_expired_v1(p_batch int)
-RETURNS TABLE (task_id bigint, outcome text)
-LANGUAGE plpgsql AS $$
-DECLARE
-  c record;
-  s job_schedule%ROWTYPE;
-  t queue_tasks%ROWTYPE;
-  next_state text;
-  why text;
-BEGIN
-  FOR c IN
-    SELECT q.id, q.job_id FROM queue_tasks q
-     WHERE q.state = 'running' AND (q.lease_expires_at < now() OR q.deadline_at < now())
-     ORDER BY q.lease_expires_at LIMIT p_batch
-  LOOP
-    SELECT * INTO s FROM job_schedule js WHERE js.job_id = c.job_id FOR NO KEY UPDATE SKIP LOCKED;
-    CONTINUE WHEN NOT FOUND;
-    SELECT * INTO t FROM queue_tasks q
-     WHERE q.id = c.id AND q.state = 'running' AND (q.lease_expires_at < now() OR q.deadline_at < now())
-     FOR UPDATE SKIP LOCKED;
-    CONTINUE WHEN NOT FOUND;
-    why := CASE WHEN t.deadline_at < now() THEN 'execution deadline passed' ELSE 'lease expired' END
-           || ' on ' || coalesce(t.claimed_by, '?') || ' (attempt ' || t.attempt || '/' || t.max_attempts || ')';
-    next_state := CASE
-      WHEN s.cancel_requested_at IS NOT NULL OR t.execution_id <> s.execution_id THEN 'cancelled'
-      WHEN t.attempt < t.max_attempts THEN 'retry_wait'
-      ELSE 'failed' END;
-    UPDATE queue_tasks q SET
-      state = next_state,
-      available_at = CASE WHEN next_state = 'retry_wait' THEN now() + retry_delay_v1(q.attempt) ELSE q.available_at END,
-      finished_at = CASE WHEN next_state = 'retry_wait' THEN NULL ELSE now() END,
-      last_failure = why
-    WHERE q.id = t.id RETURNING q.* INTO t;
-    PERFORM audit_v1(t, 'recover', true, next_state || ': ' || why, t.lease_token, t.claimed_by,
-                     t.claimed_worker_session_id);
-    IF next_state = 'failed' AND t.placement <> 'cluster' THEN
-      UPDATE jobs SET last_error = why WHERE id = t.job_id;
-    END IF;
-    PERFORM refresh_job_v1(t.job_id, CASE WHEN t.placement = 'cluster' THEN NULL
-                                          ELSE t.task_type || ' ' || why || ' -> ' || next_state END);
-    task_id := t.id; outcome := next_state;
-    RETURN NEXT;
-  END LOOP;
-END
-$$;
-
--- Report workers whose heartbeat is older than the stale threshold as offline.
-CREATE OR REPLACE FUNCTION mark_stale_workers_v1(p_stale_seconds float) RETURNS SETOF text
-LANGUAGE sql AS $$
-  UPDATE queue_workers SET lifecycle = 'offline'
-  WHERE lifecycle <> 'offline' AND last_heartbeat_at < now() - make_interval(secs => p_stale_seconds)
-  RETURNING uid
-$$;
-
 -- Operator controls take the scheduler lock, then the job's schedule row. A finish holds that row
 -- while it publishes (renames or copies outputs), so waiting for it *while holding the scheduler
 -- lock* would stall every claim in the cluster. Instead the row is tried with NOWAIT; when it is
@@ -896,6 +701,7 @@ $$;
 -- Start a new execution of a job: the old execution's unfinished tasks are cancelled, the
 -- assignment is cleared and a fresh dispatch queued. Outputs of the old execution are never reused.
 DROP FUNCTION IF EXISTS redispatch_job_v1(uuid, text);
+
 CREATE OR REPLACE FUNCTION redispatch_job_v1(p_job uuid, p_why text, p_patience_ms int DEFAULT 2000) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -960,10 +766,6 @@ BEGIN
 END
 $$;
 
--- ---------------------------------------------------------------------------------------------
--- Operator controls. Each locks the scheduler row, then the job's schedule row.
--- ---------------------------------------------------------------------------------------------
-
 CREATE OR REPLACE FUNCTION lock_job_for_control_v1(p_job uuid, p_action text, p_allow_terminal boolean DEFAULT false)
 RETURNS job_schedule
 LANGUAGE plpgsql AS $$
@@ -979,282 +781,4 @@ BEGIN
   END IF;
   RETURN s;
 END
-$$;
-
-CREATE OR REPLACE FUNCTION cancel_job_v1(p_job uuid) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-  s job_schedule%ROWTYPE := lock_job_for_control_v1(p_job, 'cancel');
-BEGIN
-  UPDATE job_schedule SET cancel_requested_at = now() WHERE job_id = p_job;
-  UPDATE queue_tasks SET state = 'cancelled', finished_at = now(), last_failure = 'cancelled by an operator'
-   WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster'
-     AND state IN ('blocked', 'pending', 'retry_wait');
-  RETURN refresh_job_v1(p_job, 'cancel requested by an operator');
-END
-$$;
-
-CREATE OR REPLACE FUNCTION set_paused_v1(p_job uuid, p_paused boolean) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-  s job_schedule%ROWTYPE := lock_job_for_control_v1(p_job, CASE WHEN p_paused THEN 'pause' ELSE 'resume' END);
-BEGIN
-  IF s.paused = p_paused THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'the job is already ' || CASE WHEN p_paused THEN 'paused' ELSE 'running unpaused' END;
-  END IF;
-  UPDATE job_schedule SET paused = p_paused WHERE job_id = p_job;
-  IF NOT p_paused THEN
-    PERFORM pg_notify('jetencode_queue_tasks', 'media');
-  END IF;
-  RETURN refresh_job_v1(p_job, CASE WHEN p_paused THEN 'paused by an operator' ELSE 'resumed by an operator' END);
-END
-$$;
-
-CREATE OR REPLACE FUNCTION set_priority_v1(p_job uuid, p_priority int) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-  s job_schedule%ROWTYPE;
-BEGIN
-  IF p_priority IS NULL OR p_priority < -1000 OR p_priority > 1000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE422', MESSAGE = 'priority', DETAIL = 'must be an integer from -1000 to 1000';
-  END IF;
-  s := lock_job_for_control_v1(p_job, 'change priority');
-  UPDATE job_schedule SET priority = p_priority WHERE job_id = p_job;
-  RETURN refresh_job_v1(p_job, 'priority ' || s.priority || ' -> ' || p_priority);
-END
-$$;
-
--- Renumber one comparable group (same group key, same priority, unfinished jobs) 1024 apart,
--- keeping its order and its first position.
-CREATE OR REPLACE FUNCTION rebalance_group_v1(p_group text, p_priority int) RETURNS void
-LANGUAGE sql AS $$
-  WITH ordered AS (
-    SELECT s.job_id, row_number() OVER (ORDER BY s.position, s.job_id) - 1 AS rn,
-           min(s.position) OVER () AS base
-      FROM job_schedule s JOIN jobs j ON j.id = s.job_id
-     WHERE s.group_key = p_group AND s.priority = p_priority
-       AND j.status IN ('pending', 'running', 'retry_wait', 'paused'))
-  UPDATE job_schedule s SET position = ordered.base + ordered.rn * 1024
-    FROM ordered WHERE s.job_id = ordered.job_id;
-  UPDATE queue_scheduler_state SET rebalances = rebalances + 1 WHERE id = 1;
-$$;
-
-CREATE OR REPLACE FUNCTION move_job_v1(p_job uuid, p_direction text) RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-  s job_schedule%ROWTYPE;
-  current_position bigint;
-  near_position bigint;
-  near_job uuid;
-  far_position bigint;
-  far_job uuid;
-  bound bigint;
-  new_position bigint;
-  tries int := 0;
-  step int := CASE WHEN p_direction IN ('up', 'top') THEN -1 ELSE 1 END;
-BEGIN
-  IF p_direction IS NULL OR p_direction NOT IN ('up', 'down', 'top', 'bottom') THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE422', MESSAGE = 'direction', DETAIL = 'must be one of up, down, top, bottom';
-  END IF;
-  s := lock_job_for_control_v1(p_job, 'move');
-  current_position := s.position;
-
-  IF p_direction IN ('top', 'bottom') THEN
-    -- Beyond every job its claimers compare it with: its worker's group plus the pending group, or
-    -- every group for a pending job; same priority, unfinished.
-    SELECT CASE WHEN step < 0 THEN min(o.position) ELSE max(o.position) END INTO bound
-      FROM job_schedule o JOIN jobs j ON j.id = o.job_id
-     WHERE o.priority = s.priority AND o.job_id <> p_job
-       AND j.status IN ('pending', 'running', 'retry_wait', 'paused')
-       AND (s.group_key = '' OR o.group_key IN (s.group_key, ''));
-    IF bound IS NULL OR (step < 0 AND current_position < bound) OR (step > 0 AND current_position > bound) THEN
-      new_position := current_position;
-    ELSE
-      new_position := bound + step * 1024;
-    END IF;
-  ELSE
-    -- Up/down: the midpoint between the neighbour in its own group and the one beyond it; when no
-    -- integer gap remains, rebalance that group once and look again.
-    LOOP
-      tries := tries + 1;
-      near_job := NULL; far_job := NULL;
-      SELECT o.position, o.job_id INTO near_position, near_job
-        FROM job_schedule o JOIN jobs j ON j.id = o.job_id
-       WHERE o.group_key = s.group_key AND o.priority = s.priority
-         AND j.status IN ('pending', 'running', 'retry_wait', 'paused')
-         AND CASE WHEN step < 0 THEN (o.position, o.job_id) < (current_position, p_job)
-                  ELSE (o.position, o.job_id) > (current_position, p_job) END
-       ORDER BY o.position * step, CASE WHEN step < 0 THEN NULL ELSE o.job_id END, o.job_id DESC
-       LIMIT 1;
-      IF near_job IS NULL THEN
-        new_position := current_position;  -- already first (last) of its group
-        EXIT;
-      END IF;
-      SELECT o.position, o.job_id INTO far_position, far_job
-        FROM job_schedule o JOIN jobs j ON j.id = o.job_id
-       WHERE o.group_key = s.group_key AND o.priority = s.priority AND o.job_id <> p_job
-         AND j.status IN ('pending', 'running', 'retry_wait', 'paused')
-         AND CASE WHEN step < 0 THEN (o.position, o.job_id) < (near_position, near_job)
-                  ELSE (o.position, o.job_id) > (near_position, near_job) END
-       ORDER BY o.position * step, CASE WHEN step < 0 THEN NULL ELSE o.job_id END, o.job_id DESC
-       LIMIT 1;
-      IF far_job IS NULL THEN
-        new_position := near_position + step * 1024;
-        EXIT;
-      END IF;
-      IF abs(far_position - near_position) >= 2 THEN
-        new_position := least(far_position, near_position) + abs(far_position - near_position) / 2;
-        EXIT;
-      END IF;
-      IF tries > 1 THEN
-        RAISE EXCEPTION 'rebalance left no gap in group % (a bug)', s.group_key;
-      END IF;
-      PERFORM rebalance_group_v1(s.group_key, s.priority);
-      SELECT position INTO current_position FROM job_schedule WHERE job_id = p_job;
-    END LOOP;
-  END IF;
-
-  IF new_position IS DISTINCT FROM current_position OR tries > 1 THEN
-    UPDATE job_schedule SET position = new_position WHERE job_id = p_job;
-    PERFORM refresh_job_v1(p_job, 'moved ' || p_direction || ' by an operator');
-  END IF;
-  RETURN new_position;
-END
-$$;
-
--- Manual retry of a failed (not cancelled) job: its failed stage deliveries start again at attempt
--- zero under the same execution, assignment, priority and position. Completed stages are kept.
-CREATE OR REPLACE FUNCTION retry_job_v1(p_job uuid) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-  s job_schedule%ROWTYPE;
-  st text;
-  n int;
-BEGIN
-  s := lock_job_for_control_v1(p_job, 'retry', true);
-  SELECT status INTO st FROM jobs WHERE id = p_job;
-  IF st <> 'failed' OR s.cancel_requested_at IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'cannot retry: the job is ' || st || ' (only failed jobs can be retried)';
-  END IF;
-  UPDATE queue_tasks SET state = 'pending', attempt = 0, available_at = now(), finished_at = NULL,
-                         lease_token = NULL, lease_expires_at = NULL, deadline_at = NULL, progress = 0
-   WHERE job_id = p_job AND execution_id = s.execution_id AND state = 'failed' AND placement <> 'cluster';
-  GET DIAGNOSTICS n = ROW_COUNT;
-  UPDATE jobs SET manual_retry_count = manual_retry_count + 1, status = 'pending', finished_at = NULL,
-                  last_error = NULL
-   WHERE id = p_job;
-  PERFORM pg_notify('jetencode_queue_tasks', 'media');
-  PERFORM pg_notify('jetencode_queue_tasks', 'background');
-  RETURN refresh_job_v1(p_job, 'retried by an operator (' || n || ' failed stage(s) reset)');
-END
-$$;
-
-CREATE OR REPLACE FUNCTION drain_worker_v1(p_uid text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-  result text;
-BEGIN
-  UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = p_uid AND lifecycle <> 'offline'
-  RETURNING lifecycle INTO result;
-  IF NOT FOUND THEN
-    IF EXISTS (SELECT 1 FROM queue_workers WHERE uid = p_uid) THEN
-      RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'worker ' || p_uid || ' is offline';
-    END IF;
-    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'worker not found';
-  END IF;
-  RETURN result;
-END
-$$;
-
--- ---------------------------------------------------------------------------------------------
--- Reservations: the seam for dedicated execution. No provisioning here.
--- ---------------------------------------------------------------------------------------------
-
-CREATE OR REPLACE FUNCTION reserve_job_v1(p_job uuid) RETURNS uuid
-LANGUAGE plpgsql AS $$
-DECLARE
-  s job_schedule%ROWTYPE := lock_job_for_control_v1(p_job, 'reserve');
-  rid uuid := gen_random_uuid();
-BEGIN
-  IF s.assigned_worker_uid IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'cannot reserve: the job is already dispatched';
-  END IF;
-  INSERT INTO queue_reservations (id, job_id, worker_uid, state, last_error, created_at, updated_at)
-  VALUES (rid, p_job, NULL, 'requested', '', now(), now());
-  UPDATE job_schedule SET execution_mode = 'dedicated', reservation_id = rid WHERE job_id = p_job;
-  PERFORM refresh_job_v1(p_job, 'reserved for dedicated execution (' || rid || ')');
-  RETURN rid;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION bind_reservation_v1(p_reservation uuid, p_worker text) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-  UPDATE queue_workers SET reservation_id = p_reservation WHERE uid = p_worker;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'worker not found';
-  END IF;
-  UPDATE queue_reservations SET worker_uid = p_worker, state = 'bound', updated_at = now() WHERE id = p_reservation;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'reservation not found';
-  END IF;
-  PERFORM pg_notify('jetencode_queue_tasks', 'media');
-END
-$$;
-
--- ---------------------------------------------------------------------------------------------
--- Maintenance: retention and per-minute samples (timed loops inside workers).
--- ---------------------------------------------------------------------------------------------
-
-CREATE OR REPLACE FUNCTION purge_history_v1(p_days int, p_batch int) RETURNS int
-LANGUAGE plpgsql AS $$
-DECLARE
-  ids uuid[];
-BEGIN
-  SELECT coalesce(array_agg(old.id), '{}') INTO ids FROM (
-    SELECT j.id FROM jobs j
-     WHERE j.status IN ('completed', 'failed', 'cancelled') AND j.finished_at < now() - make_interval(days => p_days)
-       AND NOT EXISTS (SELECT 1 FROM queue_tasks q
-                        WHERE q.job_id = j.id AND q.state IN ('pending', 'retry_wait', 'running', 'blocked'))
-     ORDER BY j.finished_at LIMIT p_batch
-     FOR UPDATE SKIP LOCKED) old;
-  IF cardinality(ids) > 0 THEN
-    DELETE FROM queue_task_logs WHERE task_id IN (SELECT id FROM queue_tasks WHERE job_id = ANY (ids));
-    DELETE FROM queue_tasks WHERE job_id = ANY (ids);
-    DELETE FROM job_outputs WHERE job_id = ANY (ids);
-    DELETE FROM job_schedule WHERE job_id = ANY (ids);
-    UPDATE media_assets SET source_job_id = NULL WHERE source_job_id = ANY (ids);
-    UPDATE queue_reservations SET job_id = NULL WHERE job_id = ANY (ids);
-    DELETE FROM jobs WHERE id = ANY (ids);
-  END IF;
-  -- Carry what the metrics count out of the rows about to go, so the counters stay monotonic.
-  WITH gone AS (
-    DELETE FROM queue_fence_audit WHERE at < now() - make_interval(days => p_days)
-    RETURNING accepted, operation, reason)
-  UPDATE queue_scheduler_state SET
-    purged_rejected = purged_rejected + (SELECT count(*) FROM gone WHERE NOT accepted),
-    purged_recoveries = purged_recoveries + (SELECT count(*) FROM gone WHERE accepted AND operation = 'recover'),
-    purged_retries = purged_retries + (SELECT count(*) FROM gone
-      WHERE accepted AND ((operation = 'fail' AND reason = 'retry_wait')
-                          OR (operation = 'recover' AND reason LIKE 'retry\_wait:%')))
-  WHERE id = 1;
-  DELETE FROM queue_samples WHERE at < now() - make_interval(days => p_days);
-  RETURN cardinality(ids);
-END
-$$;
-
-CREATE OR REPLACE FUNCTION record_sample_v1() RETURNS boolean
-LANGUAGE sql AS $$
-  INSERT INTO queue_samples (at, pending, running, retry_wait, paused, completed, failed, stages_completed)
-  SELECT date_trunc('minute', now()),
-         count(*) FILTER (WHERE status = 'pending'),
-         count(*) FILTER (WHERE status = 'running'),
-         count(*) FILTER (WHERE status = 'retry_wait'),
-         count(*) FILTER (WHERE status = 'paused'),
-         (SELECT count(*) FROM jobs WHERE status = 'completed' AND finished_at >= date_trunc('minute', now()) - interval '1 minute' AND finished_at < date_trunc('minute', now())),
-         (SELECT count(*) FROM jobs WHERE status = 'failed' AND finished_at >= date_trunc('minute', now()) - interval '1 minute' AND finished_at < date_trunc('minute', now())),
-         (SELECT count(*) FROM queue_tasks WHERE state = 'completed' AND finished_at >= date_trunc('minute', now()) - interval '1 minute' AND finished_at < date_trunc('minute', now()))
-    FROM jobs WHERE status IN ('pending', 'running', 'retry_wait', 'paused')
-  ON CONFLICT (at) DO NOTHING
-  RETURNING true
 $$;

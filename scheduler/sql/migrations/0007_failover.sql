@@ -1,21 +1,9 @@
--- Failover in seconds (installed by migration 0007_failover; docs/scheduler.md, "Failover").
---
--- Refines DECISIONS 5. A job's job-placement stages stay with its assigned worker only while that
--- is worth something:
---   drained           the worker is draining or said offline on purpose: its idle pinned jobs move at once
---   evacuated         an operator evacuated the worker: every pinned job moves, running stages included
---   lost_in_dispatch  the worker is lost (no heartbeat for a lease) and the job has no local work
---   lost_after_delay  the worker is lost longer than JETENCODE_REASSIGN_AFTER_SECONDS and the job has
---                     local work
---   manual            an operator's redispatch
--- "Moving" a job whose dispatch has not completed (and nothing of it runs) clears the assignment:
--- the dispatch is retried by any worker, same execution, attempts kept. Any other move starts a new
--- execution (redispatch_job_v2). Targeted jobs (required_worker_uid) never move: they wait for their
--- worker (DECISIONS 13).
---
--- Lock order as everywhere: worker row -> queue_scheduler_state -> job_schedule row -> queue_tasks.
+-- Installed by migration 0007_failover: the statements of scheduler/sql/functions/ that changed
+-- since the migration before it (a delta, written by `python -m scheduler.sqlfiles delta`).
+-- Never edit it: a later change ships in a new migration with a delta of its own.
 
 ALTER TABLE job_schedule ADD COLUMN IF NOT EXISTS lost_workers int NOT NULL DEFAULT 0;
+
 ALTER TABLE queue_scheduler_state ADD COLUMN IF NOT EXISTS reassignments jsonb NOT NULL DEFAULT '{}';
 
 -- Local work: a completed job-placement stage of the execution. Such a stage ran in the assigned
