@@ -13,7 +13,6 @@ decision (ladders, grids, orientation filters) is about what the viewer sees.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -145,7 +144,8 @@ def probe_timeout() -> float:
 
 def _run_child(mode: str, paths: list[str], fds: list[int], shown: str) -> dict[str, Any]:
     """Run the probe child on `paths` (`/proc/self/fd/N` for the open descriptors `fds`); its JSON answer."""
-    argv = [sys.executable, "-I", str(CHILD), mode, ",".join(INPUT_FORMATS), INPUT_PROTOCOLS, *paths]
+    box = [str(os.getpid()), str(sandbox.memory_limit_bytes())]  # the child enters the box itself
+    argv = [sys.executable, "-I", str(CHILD), *box, mode, ",".join(INPUT_FORMATS), INPUT_PROTOCOLS, *paths]
     child = subprocess.Popen(
         argv,
         env=sandbox.minimal_environment(),
@@ -154,8 +154,6 @@ def _run_child(mode: str, paths: list[str], fds: list[int], shown: str) -> dict[
         stderr=subprocess.PIPE,
         start_new_session=True,
         pass_fds=tuple(fds),
-        # The child setup is tiny: a prctl and a setrlimit, no locks, no imports.
-        preexec_fn=functools.partial(sandbox.child_setup, os.getpid(), sandbox.memory_limit_bytes()),  # noqa: PLW1509
     )
     try:
         out, _err = child.communicate(timeout=probe_timeout())

@@ -1,8 +1,10 @@
 """The probe itself: PyAV opens one user file and measures it. Runs in a process of its own.
 
-Started by media.probe as `python -I media/probe_child.py MODE FORMATS PROTOCOLS PATH...` inside
-media.sandbox's box (scrubbed environment, the stages' memory limit, a time limit, dies with its
-parent). So decoding a hostile or huge file (an 8000x8000 PNG costs ~200 MiB per open) happens
+Started by media.probe as `python -I media/probe_child.py PARENT_PID LIMIT_BYTES MODE FORMATS
+PROTOCOLS PATH...` inside media.sandbox's box (scrubbed environment, the stages' memory limit, a time
+limit, dies with its parent). The child puts itself in the box (`_enter_box`, before PyAV is
+imported) rather than the parent between fork and exec: the parent may be a threaded gunicorn
+worker, where running Python code in a forked child (preexec_fn) can deadlock. So decoding a hostile or huge file (an 8000x8000 PNG costs ~200 MiB per open) happens
 where there is no DATABASE_URL, no S3 key and no web or worker heap to grow.
 
 It imports nothing of the project (`-I`: the standard library and site-packages only) and prints
@@ -15,8 +17,13 @@ one JSON object on stdout:
 from __future__ import annotations
 
 import json
+import os
+import resource
 import sys
 from typing import Any
+
+PR_SET_PDEATHSIG = 1
+SIGKILL = 9
 
 
 def avc_codec_string(extradata: bytes | None) -> str:
@@ -138,8 +145,21 @@ def run(mode: str, path: str, formats: str, protocols: str) -> dict[str, Any]:
         container.close()
 
 
+def _enter_box(parent_pid: int, limit_bytes: int) -> None:
+    """Die with the parent (Linux), and cap the address space before anything is decoded."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(111)
+    if limit_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+
 def main(argv: list[str]) -> int:
-    mode, formats, protocols, *paths = argv
+    parent_pid, limit_bytes, mode, formats, protocols, *paths = argv
+    _enter_box(int(parent_pid), int(limit_bytes))
     try:
         if mode == "reference":
             answer = {"references": [bool(run(mode, p, formats, protocols).get("reference")) for p in paths]}

@@ -8,7 +8,9 @@
   worker or a web process.
 - on Linux it dies with its parent (PR_SET_PDEATHSIG).
 
-workers.processes starts stage subprocesses with these; media.probe starts its probes with them.
+workers.processes starts stage subprocesses with these (child_setup between fork and exec); a
+probe (media.probe) gets the same environment and limit, and sets the limit and the parent-death
+signal itself once started (media/probe_child.py), because its parent may be a threaded web process.
 """
 
 from __future__ import annotations

@@ -177,6 +177,15 @@ def test_the_worker_fails_a_sequence_pattern_cleanly_for_every_type(worker, trap
     assert trap.published_files(dispatch.job_id) == []
 
 
+@pytest.mark.parametrize("job_type", MULTI_INPUT_TYPES)
+def test_the_worker_fails_a_pattern_among_several_inputs(worker, trap, job_type):
+    dispatch = worker.stage_of(job_type, {"inputs": ["pics/red.mp4", "pics/shot%d.png"]})
+    with pytest.raises(PermanentFailure, match="'%'"):
+        dispatch.execute()
+    assert job_status(dispatch.job_id) == "failed"
+    assert trap.published_files(dispatch.job_id) == []
+
+
 def test_a_library_asset_named_with_a_pattern_fails_cleanly(worker, trap):
     asset = MediaAsset.objects.create(path="pics/shot%d.png", title="trap", directory="pics")
     for job_type in ("thumbnail_generate", "compile_gif"):
@@ -273,3 +282,43 @@ def clips(tmp_path_factory):
     out = tmp_path_factory.mktemp("clips")
     generate_clips(out, {"landscape.mp4": CLIPS["landscape.mp4"]}, timeout=60)
     return Clips(out)
+
+
+def test_an_unreadable_file_is_refused_in_words_for_an_unprivileged_worker(tmp_path):
+    """Root reads every file, so the worker's view is taken by a child that drops to `nobody`."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to nobody (the 422 test above covers an unprivileged run)")
+    import shutil
+    import sys
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "media" / "pics").mkdir(parents=True)
+        (base / "media").chmod(0o755)
+        (base / "media" / "pics").chmod(0o755)
+        secret = base / "media" / "pics" / "locked.mp4"
+        secret.write_bytes(b"x" * 64)
+        secret.chmod(0o600)
+        code = (
+            "import os, sys\n"
+            "from media.paths import open_beneath, _os_problem\n"  # imported while still root
+            "os.setgid(65534); os.setuid(65534)\n"
+            "try:\n"
+            "    open_beneath(sys.argv[1], ('pics', 'locked.mp4'))\n"
+            "except OSError as exc:\n"
+            "    print(_os_problem(exc))\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code, str(base / "media")],
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.stdout.strip() == "is not readable by the worker (permission denied)", result.stderr[
+            -500:
+        ]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
