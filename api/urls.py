@@ -6,11 +6,15 @@ ninja adds a root view at "" for the API's own prefix; mounted at the site root 
 
 from django.urls import include, path
 
+from api import uploads
 from api.api import api
 
 _patterns, _app_name, _namespace = api.urls
 
 urlpatterns = [
+    # tus resumable uploads (api.uploads): plain views, the protocol is headers and raw bodies.
+    path("v2/uploads/", uploads.collection, name="tus-uploads"),
+    path("v2/uploads/<uuid:upload_id>", uploads.resource, name="tus-upload"),
     path(
         "",
         include(

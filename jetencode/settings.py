@@ -245,6 +245,19 @@ S3_ENDPOINT_URL = envstr("JETENCODE_S3_ENDPOINT_URL")
 S3_PREFIX = envstr("JETENCODE_S3_PREFIX", "outputs")
 # GET /v2/jobs/{id}/outputs/{name} answers S3 outputs with a redirect to a presigned URL this long-lived.
 S3_PRESIGN_SECONDS = envint("JETENCODE_S3_PRESIGN_SECONDS", 3600, minimum=1, maximum=7 * 24 * 3600)
+# --- Sources (docs/api.md, "Sending a source"): resumable uploads and inputs by URL ---
+SOURCES = {
+    # tus uploads into <media root>/uploads/
+    "UPLOAD_MAX_BYTES": envint("JETENCODE_UPLOAD_MAX_BYTES", 20 * 1024**3, minimum=1),
+    "UPLOAD_MAX_CONCURRENT": envint("JETENCODE_UPLOAD_MAX_CONCURRENT", 10, minimum=1),
+    "UPLOAD_EXPIRE_SECONDS": envint("JETENCODE_UPLOAD_EXPIRE_SECONDS", 24 * 3600, minimum=60),
+    # input_url: what a fetch may reach, how much and how long, and the cache it fills
+    "FETCH_ALLOW_PRIVATE": envbool("JETENCODE_FETCH_ALLOW_PRIVATE", False),
+    "FETCH_ALLOW_HTTP": envbool("JETENCODE_FETCH_ALLOW_HTTP", False),
+    "FETCH_MAX_BYTES": envint("JETENCODE_FETCH_MAX_BYTES", 20 * 1024**3, minimum=1),
+    "FETCH_TIMEOUT_SECONDS": envfloat("JETENCODE_FETCH_TIMEOUT_SECONDS", 3600, minimum=1),
+    "FETCH_CACHE_MAX_BYTES": envint("JETENCODE_FETCH_CACHE_MAX_BYTES", 50 * 1024**3, minimum=0),
+}
 # The API's public address (scheme://host[:port]), for the absolute download_url of webhook bodies;
 # API responses use the request's own host. Empty: webhooks carry a path relative to the API.
 PUBLIC_URL = envstr("JETENCODE_PUBLIC_URL").rstrip("/")

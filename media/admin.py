@@ -9,11 +9,11 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from media.jobtypes import JOB_TYPES
-from media.models import MediaAsset
+from media.models import MediaAsset, Upload
 from media.probe import ASSET_FIELDS
 from media.submission import ValidationError, create_job
 from scheduler import admin as scheduler_admin
-from scheduler.adminkit import MAX_ACTION_ROWS, choices_filter
+from scheduler.adminkit import MAX_ACTION_ROWS, ReadOnlyAdmin, choices_filter
 from scheduler.models import Job
 from scheduler.permissions import can_operate
 
@@ -79,3 +79,13 @@ class MediaAssetAdmin(admin.ModelAdmin):
             )
         if refused:
             self.message_user(request, "Not created: " + "; ".join(refused[:10]), messages.WARNING)
+
+
+@admin.register(Upload)
+class UploadAdmin(ReadOnlyAdmin):
+    """Resumable uploads (tus): read-only; abandoned ones expire by themselves (media.uploads)."""
+
+    list_display = ("id", "user", "filename", "state", "offset", "length", "expires_at", "asset")
+    list_filter = (choices_filter("state", [Upload.RECEIVING, Upload.COMPLETE]), "created_at")
+    list_select_related = ("user", "asset")
+    search_fields = ("filename",)

@@ -274,6 +274,12 @@ def _field_name(loc: tuple) -> str:
     return ".".join(["params", *(str(part) for part in loc)])
 
 
+def _location(error: dict) -> tuple:
+    """Where an error points; a model-level check may name its field in its context."""
+    named = (error.get("ctx") or {}).get("field")
+    return error["loc"] or ((named,) if named else ())
+
+
 def _message(error: dict) -> str:
     message = error.get("msg", "invalid value")
     # pydantic prefixes our own ValueErrors; the prefix says nothing to an API user.
@@ -294,7 +300,7 @@ def parse_params(job_type: str, params: dict[str, Any] | None) -> p.Params:
         return jt.params_model.model_validate(params)
     except ValidationError as exc:
         raise ParamsError(
-            [{"field": _field_name(e["loc"]), "message": _message(e)} for e in exc.errors()]
+            [{"field": _field_name(_location(e)), "message": _message(e)} for e in exc.errors()]
         ) from None
 
 

@@ -43,3 +43,43 @@ class MediaAsset(models.Model):
 
     def __str__(self) -> str:
         return self.path
+
+
+class Upload(models.Model):
+    """A resumable (tus 1.0) upload into <media root>/uploads/ (media/uploads.py, api/uploads.py).
+
+    Bytes go to a hidden temporary file until `offset == length` and the checksums match; then the
+    file is renamed to its final name, probed and registered as `asset`. `token_id` is the API
+    token that created it (a plain id: media sits below the api package), used for the per-token
+    limit on uploads in progress.
+    """
+
+    RECEIVING = "receiving"
+    COMPLETE = "complete"
+    STATES = [(RECEIVING, "receiving"), (COMPLETE, "complete")]
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="+")
+    token_id = models.BigIntegerField(null=True, blank=True)
+    length = models.BigIntegerField(help_text="Upload-Length: the whole file, in bytes")
+    offset = models.BigIntegerField(default=0, help_text="Bytes received and kept")
+    metadata = models.JSONField(default=dict, blank=True, help_text="Upload-Metadata, decoded")
+    filename = models.TextField(blank=True, default="")
+    state = models.TextField(choices=STATES, default=RECEIVING)
+    sha256 = models.TextField(blank=True, default="", help_text="Of the whole file, once complete")
+    path = models.TextField(blank=True, default="", help_text="Media-root relative, once complete")
+    asset = models.ForeignKey(MediaAsset, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    expires_at = models.DateTimeField(help_text="An upload still receiving after this is removed")
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "media_uploads"
+        indexes = [
+            models.Index(fields=["token_id", "state"], name="media_uploads_token_state"),
+            models.Index(fields=["state", "expires_at"], name="media_uploads_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"upload {self.pk} ({self.offset}/{self.length})"

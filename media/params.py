@@ -24,9 +24,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from media.paths import UnsafePathError, check_relative, open_media_file, resolve_media_path
 from media.probe import reference_problems
+from media.sources.guard import MAX_URL_CHARS, UnsafeSourceURL, fetch_allows_http
+from media.sources.guard import check_shape as check_source_shape
 
 Preset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -207,16 +211,14 @@ class Params(BaseModel):
         return value if field is None else strict_json_value(_json_kind(field.annotation), value)
 
 
-def exactly_one_of(first: str, second: str) -> dict:
-    """JSON Schema for "exactly one of these two fields, not null": what `_one_source` checks, said
-    in the params schema so that a request it calls valid is one the API accepts. Not both; and
-    when the first is missing, the second. (`not` and `if`, not a `oneOf` of the object itself,
-    which client generators turn into a union of two classes instead of one params class.)"""
-    return {
-        "not": {"allOf": [_given(first), _given(second)]},
-        "if": {"not": _given(first)},
-        "then": _given(second),
-    }
+def exactly_one_of(*names: str) -> dict:
+    """JSON Schema for "exactly one of these fields, not null": what `_one_source` checks, said in
+    the params schema so a request it calls valid is one the API accepts. No two of them; and
+    when none of the others is given, the last. (`not` and `if`, not a `oneOf` of the object,
+    which client generators turn into a union of classes instead of one params class.)"""
+    pairs = [{"allOf": [_given(a), _given(b)]} for i, a in enumerate(names) for b in names[i + 1 :]]
+    others = [_given(name) for name in names[:-1]]
+    return {"not": {"anyOf": pairs}, "if": {"not": {"anyOf": others}}, "then": _given(names[-1])}
 
 
 def _given(name: str) -> dict:
@@ -224,11 +226,18 @@ def _given(name: str) -> dict:
 
 
 class SingleInput(Params):
-    """Types that read one video: exactly one of `input` (media-root-relative path) or `video_id`."""
+    """Types that read one video: exactly one of `input` (media-root-relative path), `input_url`
+    (fetched by the dispatch stage, media.sources) or `video_id`."""
 
-    model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "video_id"))
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "input_url", "video_id"))
 
     input: MediaPath | None = Field(None, description="Path relative to the media root")
+    input_url: str | None = Field(
+        None,
+        max_length=MAX_URL_CHARS,
+        description="https:// URL (http:// when JETENCODE_FETCH_ALLOW_HTTP is on) or s3://bucket/key, "
+        "fetched into the source cache before the job runs",
+    )
     video_id: uuid.UUID | None = Field(None, description="A media-library asset")
 
     @field_validator("input")
@@ -236,10 +245,28 @@ class SingleInput(Params):
     def _input_is_safe(cls, value: str | None) -> str | None:
         return None if value is None else _check_media_file(value, "input")
 
+    @field_validator("input_url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        # The shape only; the addresses are checked at submission and again at each connection.
+        if value is not None:
+            try:
+                check_source_shape(value, allow_http=fetch_allows_http())
+            except UnsafeSourceURL as exc:
+                raise ValueError(f"input_url {exc}") from None
+        return value
+
     @model_validator(mode="after")
     def _one_source(self):
-        if (self.input is None) == (self.video_id is None):
-            raise ValueError("give exactly one of input (a path under the media root) or video_id")
+        given = [name for name in ("input", "input_url", "video_id") if getattr(self, name) is not None]
+        if len(given) != 1:
+            # Named in the error's field: the extra source when there are several, else `input`.
+            field = next((name for name in given if name != "input"), "input") if given else "input"
+            raise PydanticCustomError(
+                "one_source",
+                "give exactly one of input (a path under the media root), input_url or video_id",
+                {"field": field},
+            )
         return self
 
 
@@ -410,11 +437,32 @@ class PublicScanParams(ScanParams):
     )
 
 
-class ValidateParams(SingleInput):
-    pass
+def _library_file_only(value: str | None, job_type: str) -> str | None:
+    # These types keep a library record of the file they read: a cached download is not one.
+    if value is not None:
+        raise ValueError(
+            f"{job_type} works on files of the media root: give input or video_id, not input_url"
+        )
+    return value
 
 
-class MoveToLibraryParams(SingleInput):
+class LibraryFileInput(SingleInput):
+    """Types that keep a library record of the file they read: `input` or `video_id`, no input_url
+    (left out of their schema, and refused with a message that says why)."""
+
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "video_id"))
+
+    input_url: SkipJsonSchema[str | None] = None
+
+
+class ValidateParams(LibraryFileInput):
+    @field_validator("input_url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        return _library_file_only(value, "validate")
+
+
+class MoveToLibraryParams(LibraryFileInput):
     target_directory: MediaPath = Field(
         "videos", description="Directory under the media root to move the file into"
     )
@@ -432,6 +480,11 @@ class MoveToLibraryParams(SingleInput):
         except UnsafePathError as exc:
             raise ValueError(str(exc)) from None
         return check_relative(value, what="input").as_posix()
+
+    @field_validator("input_url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        return _library_file_only(value, "move_to_library")
 
     @field_validator("target_directory")
     @classmethod

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 
 from media import jobtypes, quality, webhooks
+from media.sources import guard
 from scheduler import repository
 from scheduler.constants import HARDWARE_CHOICES, MAX_VRAM_MB, RESOURCE_CATEGORIES
 from scheduler.models import Job
@@ -219,6 +220,18 @@ def _webhook_url(payload: Mapping[str, Any], errors) -> str | None:
     return webhook_url
 
 
+def _input_url_reachable(params: Mapping[str, Any], errors) -> None:
+    """An input_url's host must resolve to addresses fetches may reach (checked again by the
+    worker at every connection: DNS may answer differently by then)."""
+    url = params.get("input_url")
+    if not url:
+        return
+    try:
+        guard.check_url(url, guard.Policy.from_settings())
+    except guard.UnsafeSourceURL as exc:
+        errors.append({"field": "params.input_url", "message": f"input_url {exc}"})
+
+
 def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) -> repository.NewJob:
     """Validate a job request and turn it into the repository's NewJob. Raises ValidationError.
 
@@ -230,6 +243,7 @@ def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) 
     _unknown_fields(payload, errors)
     jt = _job_type(payload, errors)
     params = _params(payload, jt, errors)
+    _input_url_reachable(params, errors)
     priority = _int(payload, "priority", 0, PRIORITY_RANGE, errors)
     max_attempts = _int(payload, "max_attempts", 4, MAX_ATTEMPTS_RANGE, errors)
     hardware, category, vram_mb = _resource_request(payload, errors)

@@ -17,7 +17,8 @@ Stale marking and reassignment are skipped while this worker's own heartbeat is 
 stopped or cut off): then it is the stale one, and its view of the others is not to be trusted.
 Every SAMPLE_INTERVAL_SECONDS `record_sample` (idempotent per minute), hourly
 `purge_history(RETENTION_DAYS)`, and every five minutes a sweep of this worker's own workspace
-directory (`workers.workspaces`: ended, purged and superseded jobs' files are removed).
+directory (`workers.workspaces`: ended, purged and superseded jobs' files are removed), of abandoned
+uploads (`media.uploads.expire_abandoned`) and of the fetch cache (`media.sources.cache.trim`).
 All of it is safe with every worker doing it at once: the SQL locks with SKIP LOCKED.
 """
 
@@ -29,6 +30,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.conf import settings
+
+from media import uploads
+from media.sources import cache as sources_cache
 from scheduler import repository
 from workers import reservation, workspaces
 from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection, use_keeper_connection
@@ -85,6 +90,7 @@ class Maintenance(threading.Thread):
                 next_purge = now + PURGE_EVERY if self._step("retention", self.purge) else retry
             if now >= next_sweep:
                 next_sweep = now + SWEEP_EVERY if self._step("workspaces", self.sweep_workspaces) else retry
+                self._step("sources", self.sweep_sources)
             self.rounds += 1
             self.stop_event.wait(
                 max(0.0, min(next_recovery, next_sample, next_purge, next_sweep) - time.monotonic())
@@ -170,6 +176,20 @@ class Maintenance(threading.Thread):
                 "retention: purged %s finished jobs older than %s days",
                 total,
                 self.worker.timing.retention_days,
+                extra=self.worker.log_extra,
+            )
+
+    def sweep_sources(self) -> None:
+        """Abandoned uploads past their expiry, and the fetch cache beyond its size or retention."""
+        expired = uploads.expire_abandoned()
+        trimmed = sources_cache.trim(
+            int(settings.SOURCES["FETCH_CACHE_MAX_BYTES"]), float(self.worker.timing.retention_days)
+        )
+        if expired or trimmed:
+            log.info(
+                "sources: removed %s abandoned uploads and %s cached downloads",
+                expired,
+                trimmed,
                 extra=self.worker.log_extra,
             )
 

@@ -9,8 +9,9 @@ the test names the block. A block whose fence is preceded by `<!-- no-run: reaso
 The commands find what the docs promise: `./scripts/run`'s state (an `admin` superuser, the demo
 clips under the media root), the current directory a checkout (a copy of this one, its `.venv` the
 virtualenv running the tests), `JET` (the live server's URL; the docs default to 127.0.0.1:8000),
-`HOOK_PORT` (a free port for the walk's own webhook receiver, `tools/webhook_receiver.py`) and
-private webhook targets allowed, as docs/api.md tells its reader to start the server.
+`HOOK_PORT` (a free port for the walk's own webhook receiver, `tools/webhook_receiver.py`),
+`SOURCE_URL` (an https:// origin for input_url, whose certificate the worker trusts) and private
+webhook and fetch targets allowed, as docs/api.md tells its reader to start the server.
 
 Running is not enough: each block's stdout is kept, and for docs/api.md the test checks what the
 comments promise (the job completes, the webhook arrives, the steered job moves in the queue, the
@@ -36,6 +37,7 @@ from django.db import connection
 
 from media.demo import seed_demo_clips
 from tests.kit import ROOT
+from tests.kit.origin import Origin, TlsFiles
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
 
@@ -142,7 +144,18 @@ def live_environment(live_server, start_worker, worker_env, settings, tmp_path):
     settings.CORS_ALLOWED_ORIGINS = ["https://player.example"]  # JETENCODE_CORS_ORIGINS in the docs
     seed_demo_clips(roots["MEDIA_ROOT"])
     User.objects.create_superuser("admin", "admin@example.com", "not-used")
-    start_worker("docs-worker", "--concurrency", "3", env={"JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true"})
+    # "Sending a source" fetches SOURCE_URL: a local TLS origin whose self-signed certificate the
+    # worker trusts, on loopback, so private targets are allowed here (tests/media/test_fetch.py
+    # proves the guard with them refused).
+    tls = TlsFiles.make(tmp_path / "tls")
+    origin = Origin(
+        {"/clips/holiday.mp4": (roots["MEDIA_ROOT"] / "videos/demo-silent.mp4").read_bytes()}, tls=tls
+    )
+    settings.SOURCES = {**settings.SOURCES, "FETCH_ALLOW_PRIVATE": True}
+    fetching = {"SSL_CERT_FILE": str(tls.cert), "JETENCODE_FETCH_ALLOW_PRIVATE": "true"}
+    start_worker(
+        "docs-worker", "--concurrency", "3", env={"JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true", **fetching}
+    )
 
     # A copy of the checkout (what `git clone` gives, without .git), so the examples' files (job.json,
     # master.m3u8) and ruff's cache land there, with .venv the virtualenv running the tests.
@@ -151,15 +164,17 @@ def live_environment(live_server, start_worker, worker_env, settings, tmp_path):
     (scratch / ".venv").symlink_to(Path(sys.prefix))
     temp = tmp_path / "tmp"  # where `mktemp -d` puts the examples' $WORK
     temp.mkdir()
-    env = {
-        **worker_env,
-        "JET": live_server.url,
-        "HOOK_PORT": str(free_port()),
-        "TMPDIR": str(temp),
-        "JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    yield scratch, env, temp
+    with origin:
+        env = {
+            **worker_env,
+            "JET": live_server.url,
+            "HOOK_PORT": str(free_port()),
+            "SOURCE_URL": origin.url("/clips/holiday.mp4"),
+            "TMPDIR": str(temp),
+            "JETENCODE_WEBHOOK_ALLOW_PRIVATE": "true",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        yield scratch, env, temp
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)

@@ -113,10 +113,9 @@ def test_input_must_exist_and_exactly_one_source(roots, clips):
     assert "does not exist" in errors_of("thumbnail_generate", {"input": "nope.mp4"})[0]["message"]
     roots.add(clips.landscape, "a.mp4")
     both = errors_of("thumbnail_generate", {"input": "a.mp4", "video_id": str(uuid.uuid4())})
-    assert both == [
-        {"field": "params", "message": "give exactly one of input (a path under the media root) or video_id"}
-    ]
-    assert errors_of("thumbnail_generate", {})[0]["field"] == "params"
+    message = "give exactly one of input (a path under the media root), input_url or video_id"
+    assert both == [{"field": "params.video_id", "message": message}]  # the extra source is named
+    assert errors_of("thumbnail_generate", {}) == [{"field": "params.input", "message": message}]
     assert errors_of("thumbnail_generate", {"video_id": "not-a-uuid"})[0]["field"] == "params.video_id"
 
 

@@ -216,13 +216,18 @@ SYMLINK_ESCAPES = ["videos/escape.mp4", "escape_dir/secret.mp4", "escape_dir", "
 NOT_OPENED = {("compile_random", "directory")}
 
 
+# input_url is a URL, not a path: its refusals are test_source_urls_refuse_... below.
+URL_FIELDS = {"input_url"}
+
+
 def _path_fields():
-    """(job type, field, is a list) for every string parameter of every job type: all are paths."""
+    """(job type, field, is a list) for every string parameter of every job type but the URL ones:
+    all are paths."""
     found = []
     for name, jt in sorted(JOB_TYPES.items()):
         for field, info in jt.params_model.model_fields.items():
             annotation = str(info.annotation)
-            if "str" in annotation:
+            if "str" in annotation and field not in URL_FIELDS:
                 found.append((name, field, "list[" in annotation))
     return found
 
@@ -275,6 +280,48 @@ def test_path_parameters_refuse_traversal_injection_protocols_and_symlink_escape
             continue
         # NUL is refused before the params are parsed, under the field "params" (see docs/reliability.md).
         _assert_refused(response, status=422, field="params" if "\x00" in value else f"params.{field}")
+    assert accepted == []
+    assert counts() == before
+
+
+BAD_URLS = [
+    "https://127.0.0.1/clip.mp4",
+    "https://[::1]/clip.mp4",
+    "https://[::ffff:127.0.0.1]/clip.mp4",
+    "https://169.254.169.254/latest/meta-data",
+    "https://10.0.0.5/clip.mp4",
+    "https://localhost/clip.mp4",
+    "http://93.184.215.14/clip.mp4",  # http:// is off by default
+    "file:///etc/passwd",
+    "ftp://93.184.215.14/clip.mp4",
+    "concat:https://93.184.215.14/a.mp4|/etc/passwd",
+    "https://user:secret@93.184.215.14/clip.mp4",
+    "s3://../etc/passwd",
+    "https://93.184.215.14/clip.mp4\n-i",
+    "https://93.184.215.14/" + "x" * 5000,
+    "",
+]
+URL_TYPES = sorted(name for name, jt in JOB_TYPES.items() if "input_url" in jt.params_model.model_fields)
+
+
+@pytest.mark.parametrize("job_type", URL_TYPES)
+def test_source_urls_refuse_private_addresses_other_schemes_and_credentials(
+    operator_api, hostile_media, job_type
+):
+    """Each refused at submission, on params.input_url, without a network round trip (the guard's
+    own tests, redirects and rebinding included, are tests/media/test_fetch.py)."""
+    before = counts()
+    accepted = []
+    for value in BAD_URLS:
+        params = {"input_url": value} if value else {"input_url": value, "input": "videos/clip.mp4"}
+        if job_type == "move_to_library":
+            params["target_directory"] = "inbox"
+        response = operator_api.request("post", "/v2/jobs", {"type": job_type, "params": params})
+        if response.status_code != 422:
+            accepted.append((value[:40], response.status_code))
+            continue
+        _assert_refused(response, status=422, field="params.input_url")
+        assert "secret" not in response.content.decode()
     assert accepted == []
     assert counts() == before
 

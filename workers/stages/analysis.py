@@ -44,7 +44,7 @@ ANALYSIS_FPS = 10.0  # scene scores on a 10 fps, 160 px wide picture: cheap, and
 def _dispatch(ctx: StageContext, job_type: str) -> tuple:
     """Common dispatch: validate, stage the input, probe. Returns (params, source, staged path, info)."""
     params = stage_params(ctx, job_type)
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     staged = stage_input(ctx, source)
     info = probe_media(staged)
     ctx.progress(90.0)

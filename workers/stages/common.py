@@ -90,12 +90,48 @@ def asset_source(video_id) -> Source:
     return _checked(asset.path, "input", str(video_id))
 
 
-def resolve_source(params: Params) -> Source:
-    """The input video of `params` (input or video_id), checked again here in the worker."""
+def resolve_source(params: Params, ctx: StageContext | None = None) -> Source:
+    """The input video of `params` (input, input_url or video_id), checked again here in the
+    worker; an input_url is fetched into the source cache first (needs `ctx`: progress, cancel)."""
     video_id = getattr(params, "video_id", None)
     if video_id is not None:
         return asset_source(video_id)
+    if getattr(params, "input_url", None):
+        if ctx is None:
+            raise PermanentFailure("input_url needs a stage context to fetch it")
+        return _checked(relative_to_media_root(fetched_source(ctx, params.input_url)), "input", None)
     return _checked(params.input, "input", None)
+
+
+DOWNLOAD_SHARE = 30.0  # of the dispatch stage's progress bar
+
+
+def fetched_source(ctx: StageContext, url: str) -> Path:
+    """Fetch `url` into the source cache, showing the download as the stage's progress (up to
+    DOWNLOAD_SHARE %). A failure a retry cannot fix (HTTP 404, a refused address, too large) fails
+    the stage for good: no retry storm against a missing object."""
+    from media.sources.fetch import FetchError, PermanentFetchError, fetch_source
+
+    throttle = throttle_for(ctx)
+
+    def progress(done: int, total: int | None) -> None:
+        share = DOWNLOAD_SHARE * done / total if total else 0.0
+        throttle.update(share, {"download_bytes": done, "download_total_bytes": total})
+
+    try:
+        path = fetch_source(url, progress=progress, check_cancelled=ctx.check_cancelled, log=ctx.log)
+    except PermanentFetchError as exc:
+        raise PermanentFailure(str(exc)) from None
+    except FetchError as exc:
+        raise FetchFailed(str(exc)) from None
+    ctx.progress(
+        DOWNLOAD_SHARE, {"download_bytes": path.stat().st_size, "download_total_bytes": path.stat().st_size}
+    )
+    return path
+
+
+class FetchFailed(RuntimeError):
+    """An input_url download failed in a way a later attempt may not (retried with backoff)."""
 
 
 def resolve_sources(params: Params) -> list[Source]:

@@ -258,7 +258,7 @@ def compile_render(ctx: StageContext) -> dict:
 @stage("compile_gif")
 def compile_gif(ctx: StageContext) -> dict:
     params = stage_params(ctx, "compile_gif")
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     staged = stage_input(ctx, source)
     info = probe_media(staged)
     if params.start >= info.duration_seconds:

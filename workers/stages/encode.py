@@ -50,7 +50,7 @@ def safe_stem(name: str, fallback: str = "video") -> str:
 @stage("reencode_streaming")
 def reencode_streaming(ctx: StageContext) -> dict:
     params = stage_params(ctx, "reencode_streaming")
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     staged = stage_input(ctx, source)
     info = probe_media(staged)
     choice = choose_resource(ctx)
@@ -207,7 +207,7 @@ def thumbnail_generate(ctx: StageContext) -> dict:
     """Cheap enough to do in the dispatch stage. FFmpeg reads the staged input (a link to the file
     opened by descriptor), never the user's name."""
     params = stage_params(ctx, "thumbnail_generate")
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     staged = stage_input(ctx, source)
     info = probe_media(staged)
     at = params.timestamp if params.timestamp is not None else info.duration_seconds * 0.25

@@ -232,7 +232,7 @@ def _quality_child(
 @stage("transcode")
 def transcode(ctx: StageContext) -> dict:
     params = stage_params(ctx, "transcode")
-    source = resolve_source(params)
+    source = resolve_source(params, ctx)
     ctx.check_cancelled()
     staged = stage_input(ctx, source)
     ctx.progress(40.0)
