@@ -184,9 +184,34 @@ CORS_ALLOW_HEADERS = (
     "if-none-match",
     "if-range",
     "range",
+    # tus uploads from a browser (tus-js-client, Uppy): docs/api.md, "Sending a source"
+    "tus-resumable",
+    "upload-checksum",
+    "upload-defer-length",
+    "upload-length",
+    "upload-metadata",
+    "upload-offset",
+    "x-http-method-override",
 )
-# What a player reads from a response: byte ranges for seeking, validators, where a new job is.
-CORS_EXPOSE_HEADERS = ("Accept-Ranges", "Content-Length", "Content-Range", "ETag", "Location", "Retry-After")
+# What a player reads from a response: byte ranges for seeking, validators, where a new job is;
+# and what a tus client reads: the offset to resume from, the server's limits.
+CORS_EXPOSE_HEADERS = (
+    "Accept-Ranges",
+    "Content-Length",
+    "Content-Range",
+    "ETag",
+    "Location",
+    "Retry-After",
+    "Tus-Checksum-Algorithm",
+    "Tus-Extension",
+    "Tus-Max-Size",
+    "Tus-Resumable",
+    "Tus-Version",
+    "Upload-Expires",
+    "Upload-Length",
+    "Upload-Metadata",
+    "Upload-Offset",
+)
 CORS_PREFLIGHT_MAX_AGE = envint("JETENCODE_CORS_MAX_AGE", 3600, minimum=0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("JETENCODE_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 
