@@ -27,8 +27,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.conf import settings
+
 from scheduler import repository
-from workers import workspaces
+from workers import scratch, workspaces
 from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection, use_keeper_connection
 
 log = logging.getLogger("jetencode.worker")
@@ -66,6 +68,8 @@ class Maintenance(threading.Thread):
         next_sample = now + random.uniform(0, min(timing.sample_interval, 5.0))
         next_purge = now + random.uniform(30.0, 90.0)  # not every worker at the same second after a deploy
         next_sweep = now + random.uniform(10.0, 60.0)
+        scratch_every = float(settings.SCRATCH_SWEEP_SECONDS)
+        next_scratch = now + random.uniform(0.0, min(scratch_every, 10.0))
         while not self.stop_event.is_set():
             # A step that fails is tried again an interval later, as one that is not due yet.
             retry = time.monotonic() + timing.recovery_interval
@@ -83,9 +87,14 @@ class Maintenance(threading.Thread):
                 next_purge = now + PURGE_EVERY if self._step("retention", self.purge) else retry
             if now >= next_sweep:
                 next_sweep = now + SWEEP_EVERY if self._step("workspaces", self.sweep_workspaces) else retry
+            if now >= next_scratch:
+                next_scratch = now + scratch_every if self._step("scratch", self.sweep_scratch) else retry
             self.rounds += 1
             self.stop_event.wait(
-                max(0.0, min(next_recovery, next_sample, next_purge, next_sweep) - time.monotonic())
+                max(
+                    0.0,
+                    min(next_recovery, next_sample, next_purge, next_sweep, next_scratch) - time.monotonic(),
+                )
             )
 
     def _step(self, what: str, func) -> bool:
@@ -167,6 +176,17 @@ class Maintenance(threading.Thread):
                 "retention: purged %s finished jobs older than %s days",
                 total,
                 self.worker.timing.retention_days,
+                extra=self.worker.log_extra,
+            )
+
+    def sweep_scratch(self) -> None:
+        """The shared scratch of split jobs: every worker sweeps it (removing twice is harmless)."""
+        removed = workspaces.sweep(scratch.scratch_root(), float(settings.SCRATCH_GRACE_SECONDS))
+        if removed:
+            log.info(
+                "scratch: removed %s director%s of ended, purged or superseded jobs",
+                len(removed),
+                "y" if len(removed) == 1 else "ies",
                 extra=self.worker.log_extra,
             )
 

@@ -79,7 +79,7 @@ JOIN jobs j ON j.id = s.job_id
 LEFT JOIN LATERAL (
   SELECT q.task_type, q.state, q.attempt, q.max_attempts, q.available_at, q.pool, q.resource_category, q.vram_mb
     FROM queue_tasks q
-   WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id AND q.placement <> 'cluster'
+   WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id AND q.task_type <> 'webhook'
    ORDER BY CASE q.state WHEN 'running' THEN 0 WHEN 'pending' THEN 1 WHEN 'retry_wait' THEN 1
                          WHEN 'blocked' THEN 2 WHEN 'failed' THEN 3 ELSE 4 END,
             q.available_at, q.created_at, q.id
@@ -284,7 +284,7 @@ SELECT j.id, j.type, j.status, j.progress, coalesce(s.priority, j.priority) AS p
        CASE WHEN %(with_category)s THEN coalesce(
          s.required_category,
          (SELECT t.resource_category FROM queue_tasks t
-           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           WHERE t.job_id = j.id AND t.task_type <> 'webhook'
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') END AS category
@@ -297,11 +297,11 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(uses_category)s::text IS NULL OR j.resource_category = %(uses_category)s
        OR s.required_category = %(uses_category)s
        OR j.id IN (SELECT t.job_id FROM queue_tasks t
-                    WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
+                    WHERE t.resource_category = %(uses_category)s AND t.task_type <> 'webhook'))
   AND (%(category)s::text IS NULL OR coalesce(
          s.required_category,
          (SELECT t.resource_category FROM queue_tasks t
-           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           WHERE t.job_id = j.id AND t.task_type <> 'webhook'
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') = %(category)s)
@@ -320,11 +320,11 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(uses_category)s::text IS NULL OR j.resource_category = %(uses_category)s
        OR s.required_category = %(uses_category)s
        OR j.id IN (SELECT t.job_id FROM queue_tasks t
-                    WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
+                    WHERE t.resource_category = %(uses_category)s AND t.task_type <> 'webhook'))
   AND (%(category)s::text IS NULL OR coalesce(
          s.required_category,
          (SELECT t.resource_category FROM queue_tasks t
-           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           WHERE t.job_id = j.id AND t.task_type <> 'webhook'
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') = %(category)s);
@@ -337,16 +337,16 @@ FROM job_schedule WHERE job_id = %(job_id)s;
 
 -- name: failed_stages
 -- The task type of the failed stage of each of the given jobs, in the job's current execution (a
--- cluster task, i.e. a webhook, never speaks for its job); the latest to fail when several did.
+-- webhook never speaks for its job); the latest to fail when several did.
 SELECT DISTINCT ON (t.job_id) t.job_id, t.task_type
 FROM queue_tasks t
 JOIN job_schedule s ON s.job_id = t.job_id AND s.execution_id = t.execution_id
-WHERE t.job_id = ANY (%(ids)s::uuid[]) AND t.state = 'failed' AND t.placement <> 'cluster'
+WHERE t.job_id = ANY (%(ids)s::uuid[]) AND t.state = 'failed' AND t.task_type <> 'webhook'
 ORDER BY t.job_id, t.finished_at DESC NULLS LAST, t.id DESC;
 
 -- name: job_tasks
 -- One job's tasks in delivery order (execution, then creation): all executions or one
--- (execution_id), webhook deliveries (cluster placement) included or not, at most `limit` (NULL:
+-- (execution_id), webhook deliveries included or not (with_cluster), at most `limit` (NULL:
 -- all); payload, result and progress detail only when full (else NULL: the dashboard's timeline).
 SELECT id, job_id, execution_id, task_type, placement, pool, resource_category, vram_mb, state,
        attempt, max_attempts, claimed_by, progress, last_failure, available_at, created_at,
@@ -358,7 +358,7 @@ SELECT id, job_id, execution_id, task_type, placement, pool, resource_category, 
 FROM queue_tasks
 WHERE job_id = %(job_id)s
   AND (%(execution_id)s::int IS NULL OR execution_id = %(execution_id)s)
-  AND (%(with_cluster)s OR placement <> 'cluster')
+  AND (%(with_cluster)s OR task_type <> 'webhook')
 ORDER BY execution_id, created_at, id
 LIMIT %(limit)s;
 

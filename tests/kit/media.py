@@ -68,17 +68,19 @@ class Clips:
 
 @dataclass(frozen=True)
 class MediaRoots:
-    """A private media root, output root and workspace root (JETENCODE_MEDIA_ROOT, _OUTPUT_ROOT,
-    _WORKSPACE_ROOT for a worker; MEDIA_ROOT_DIR, OUTPUT_ROOT_DIR, WORKSPACE_ROOT_DIR here)."""
+    """A private media root, output root, workspace root and scratch (JETENCODE_MEDIA_ROOT,
+    _OUTPUT_ROOT, _WORKSPACE_ROOT, _SCRATCH_ROOT for a worker; MEDIA_ROOT_DIR, OUTPUT_ROOT_DIR,
+    WORKSPACE_ROOT_DIR, SCRATCH_ROOT_DIR here)."""
 
     media: Path
     outputs: Path
     workspace: Path
+    scratch: Path  # the shared scratch of split jobs (JETENCODE_SCRATCH_ROOT)
 
     @classmethod
     def under(cls, base: Path) -> MediaRoots:
-        roots = cls((base / "media").resolve(), (base / "outputs").resolve(), (base / "workspace").resolve())
-        for path in (roots.media, roots.outputs, roots.workspace):
+        roots = cls(*((base / name).resolve() for name in ("media", "outputs", "workspace", "scratch")))
+        for path in (roots.media, roots.outputs, roots.workspace, roots.scratch):
             path.mkdir(parents=True, exist_ok=True)
         return roots
 
@@ -109,6 +111,7 @@ class MediaRoots:
             "JETENCODE_MEDIA_ROOT": str(self.media),
             "JETENCODE_OUTPUT_ROOT": str(self.outputs),
             "JETENCODE_WORKSPACE_ROOT": str(self.workspace),
+            "JETENCODE_SCRATCH_ROOT": str(self.scratch),
         }
 
     def settings(self, **jetencode):
@@ -118,6 +121,7 @@ class MediaRoots:
             MEDIA_ROOT_DIR=self.media,
             OUTPUT_ROOT_DIR=self.outputs,
             WORKSPACE_ROOT_DIR=self.workspace,
+            SCRATCH_ROOT_DIR=self.scratch,
             S3_BUCKET="",
             JETENCODE={**django_settings.JETENCODE, **jetencode},
         )

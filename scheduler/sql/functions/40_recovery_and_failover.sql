@@ -50,7 +50,7 @@ BEGIN
     t := retry_or_fail_v1(t, s.cancel_requested_at IS NOT NULL OR t.execution_id <> s.execution_id, true, why);
     PERFORM audit_v1(t, 'recover', true, t.state || ': ' || why, t.lease_token, t.claimed_by,
                      t.claimed_worker_session_id);
-    PERFORM refresh_job_v1(t.job_id, CASE WHEN t.placement = 'cluster' THEN NULL
+    PERFORM refresh_job_v1(t.job_id, CASE WHEN t.task_type = 'webhook' THEN NULL
                                           ELSE t.task_type || ' ' || why || ' -> ' || t.state END);
     task_id := t.id; outcome := t.state;
     RETURN NEXT;
@@ -124,7 +124,7 @@ BEGIN
    ORDER BY q.id LIMIT 1;
   UPDATE queue_tasks SET state = 'cancelled', finished_at = now(),
                          last_failure = coalesce(last_failure || E'\n', '') || 'superseded by execution ' || next_execution
-   WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster'
+   WHERE job_id = p_job AND execution_id = s.execution_id AND task_type <> 'webhook'
      AND state IN ('blocked', 'pending', 'retry_wait', 'running', 'failed');
   UPDATE job_schedule SET execution_id = next_execution, assigned_worker_uid = NULL,
                           lost_workers = lost_workers + CASE WHEN p_cause LIKE 'lost\_%' THEN 1 ELSE 0 END
@@ -175,7 +175,7 @@ BEGIN
          coalesce(bool_or(q.placement = 'dispatch' AND q.state = 'completed'), false)
     INTO running, dispatched
     FROM queue_tasks q
-   WHERE q.job_id = p_job AND q.execution_id = s.execution_id AND q.placement <> 'cluster';
+   WHERE q.job_id = p_job AND q.execution_id = s.execution_id AND q.task_type <> 'webhook';
   IF running > 0 AND NOT p_include_running THEN
     RETURN NULL;
   END IF;
@@ -200,7 +200,7 @@ BEGIN
   IF p_cause LIKE 'lost\_%' AND s.lost_workers >= j.max_attempts THEN
     UPDATE queue_tasks SET state = 'failed', finished_at = now(),
                            last_failure = why || ': the job has lost its worker ' || s.lost_workers || ' times'
-     WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster'
+     WHERE job_id = p_job AND execution_id = s.execution_id AND task_type <> 'webhook'
        AND state IN ('blocked', 'pending', 'retry_wait');
     UPDATE jobs SET last_error = 'lost its worker ' || (s.lost_workers + 1) || ' times (max_attempts '
                                  || j.max_attempts || '); last: ' || why
