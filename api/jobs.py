@@ -29,6 +29,7 @@ from media import failures, links, submission
 from media.disclosure import for_viewer
 from media.jobtypes import JOB_TYPES
 from media.quality import job_quality
+from media.split_job import job_split, progress_note
 from scheduler import queries
 from scheduler.models import Job, JobOutput
 from scheduler.permissions import can_operate
@@ -131,6 +132,8 @@ def job_detail(request: HttpRequest, job: queries.JobRow) -> dict:
         "log_tail": lines,
         "queue": asdict(entry) if entry else None,
         "quality": job_quality(job.id, job.execution_id),
+        "split": job_split(job.id, job.execution_id),
+        "progress_note": progress_note(job.id, job.execution_id),
     }
 
 

@@ -227,6 +227,20 @@ class OutputOut(Schema):
     created_at: datetime
 
 
+class SplitChunkOut(Schema):
+    index: int
+    first_frame: int
+    last_frame: int
+    start_seconds: float
+    end_seconds: float
+
+
+class SplitOut(Schema):
+    mode: str = Field(description='"chunks"')
+    reason: str = Field(description="Why the job was split, and how the plan was made")
+    chunks: list[SplitChunkOut] = Field(description="Exact frame ranges, the same for every rendition")
+
+
 class JobDetailOut(JobSummaryOut):
     params: dict[str, Any]
     execution_id: int
@@ -240,6 +254,14 @@ class JobDetailOut(JobSummaryOut):
     quality: dict[str, Any] | None = Field(
         None,
         description="Measured quality of the outputs (quality.json: VMAF/PSNR/SSIM per rendition); null until measured",
+    )
+    split: SplitOut | None = Field(
+        None,
+        description="The split plan of a split-and-stitch transcode (chunks encoded on any worker); null when "
+        "the job was not split",
+    )
+    progress_note: str | None = Field(
+        None, description="Why progress went down (a split job's chunk restarted and gave its frames back)"
     )
 
 

@@ -6,6 +6,7 @@ leaves no scratch behind."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -16,9 +17,11 @@ import pytest
 from media import commands
 from media.ffmpeg import ffmpeg_path
 from media.submission import create_job
+from scheduler import repository
 from scheduler.models import JobOutput
 from tests.kit.db import job_status, one, sql
 from tests.kit.waiting import wait_for
+from tests.kit.workers import processes_mentioning
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -115,3 +118,145 @@ def test_a_split_transcode_runs_as_cluster_chunks_and_its_outputs_are_exact(star
     assert detail["chunks"][0]["first_frame"] == 0 and detail["chunks"][-1]["last_frame"] == FRAMES - 1
     # And the scratch goes once the job has ended (sweep every second, no grace).
     wait_for(lambda: not any(roots.scratch.rglob("*")), 30, "the scratch to be swept", workers=workers)
+
+
+# ---- faults ----------------------------------------------------------------------------------------
+
+SLOW = {"preset": "slower", "chunk_seconds": 4}
+
+
+@pytest.fixture(scope="module")
+def slow_clip(tmp_path_factory) -> Path:
+    """16 s of 640x360 at 25 fps with audio: four chunks of 4 s, each encoding for seconds."""
+    out = tmp_path_factory.mktemp("split-slow") / "slow.mp4"
+    argv = commands.synthetic_clip(out, width=640, height=360, seconds=16.0, fps=FPS, audio=True)
+    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    return out
+
+
+def running_chunk(job, roots):
+    """(task id, chunk index, worker uid) of a chunk whose FFmpeg is encoding, else None."""
+    rows = sql(
+        "SELECT id, (payload -> 'chunk' ->> 'index')::int, claimed_by FROM queue_tasks "
+        "WHERE job_id = %s AND task_type = 'transcode.chunk' AND state = 'running' AND progress > 0 ORDER BY id",
+        [job],
+    )
+    if rows and processes_mentioning(roots.scratch / str(job)):
+        return rows[0]
+    return None
+
+
+def test_a_worker_killed_mid_chunk_costs_only_that_chunk(start_worker, roots, slow_clip, fast_retries):
+    workers = {uid: start_worker(uid, "--concurrency", "1", env=SCRATCH_ENV) for uid in ("kill-a", "kill-b")}
+    rel = roots.add(slow_clip, "src/slow.mp4")
+    job = submit(rel, ladder=[{"height": 360}, {"height": 180}], **SLOW)
+    task, index, victim_uid = wait_for(
+        lambda: running_chunk(job, roots), 90, "a chunk to be encoding", workers=list(workers.values())
+    )
+    victim = workers.pop(victim_uid)
+    victim.signal(signal.SIGKILL)
+    victim.wait(5)
+    (survivor,) = workers.values()
+    wait_for(lambda: job_status(job) in ("completed", "failed"), 200, "the job to end", workers=[survivor])
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+
+    # The job never moved: split jobs have no local work, so nothing waits for the lost worker.
+    assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 1
+    chunks = tasks_of(job, "transcode.chunk")
+    assert len(chunks) == 4, chunks
+    attempts = {c[5]: c[2] for c in chunks}
+    assert attempts[index] == 2, attempts  # the killed chunk ran twice...
+    assert all(a == 1 for i, a in attempts.items() if i != index), attempts  # ...and no other did
+    killed = next(c for c in chunks if c[0] == task)
+    assert killed[3] != victim_uid  # redone elsewhere
+    finishes = one(
+        "SELECT count(*) FROM queue_fence_audit WHERE task_id = %s AND operation = 'finish' AND accepted",
+        [task],
+    )
+    assert finishes == 1
+    # Each output published once, by one upload.
+    names = list(JobOutput.objects.filter(job_id=job).values_list("name", flat=True))
+    assert len(names) == len(set(names)) and "renditions/360p.mp4" in names
+    uploads = tasks_of(job, "transcode.upload")
+    assert [u[1] for u in uploads] == ["completed"] and uploads[0][2] == 1
+    for rung in ("360p", "180p"):
+        frames, _ = video_packets(roots.job_outputs(job) / "renditions" / f"{rung}.mp4")
+        assert frames == 16 * FPS
+        assert clean_decode(roots.job_outputs(job) / "renditions" / f"{rung}.mp4") == ""
+
+
+def test_a_tampered_chunk_is_redone_and_never_stitched(start_worker, roots, split_clip, fast_retries):
+    # This worker takes no background stage: the stitch waits until the test has tampered a chunk.
+    media_only = start_worker("tamper-a", "--concurrency", "2", "--background-slots", "0", env=SCRATCH_ENV)
+    rel = roots.add(split_clip, "src/split.mp4")
+    job = submit(rel)
+
+    def all_encoded():
+        states = [c[1] for c in tasks_of(job, "transcode.chunk")]
+        stitch = [s[1] for s in tasks_of(job, "transcode.stitch")]
+        return len(states) == 4 and set(states) == {"completed"} and stitch == ["pending"]
+
+    wait_for(all_encoded, 90, "every chunk encoded and the stitch waiting", workers=[media_only])
+    result = one(
+        "SELECT result FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.chunk' "
+        "AND (payload -> 'chunk' ->> 'index')::int = 2",
+        [job],
+    )
+    result = json.loads(result) if isinstance(result, str) else result
+    scratch_job = roots.scratch / str(job) / "1"
+    tampered = scratch_job / result["files"]["180p"]
+    shorter = tampered.with_name("short.mp4")
+    # Chunk 2 loses its last frames (a copy of its first 30 packets): the wrong frame count.
+    subprocess.run(
+        [
+            ffmpeg_path(),
+            "-nostdin",
+            "-v",
+            "error",
+            "-i",
+            str(tampered),
+            "-c",
+            "copy",
+            "-frames:v",
+            "30",
+            str(shorter),
+        ],
+        check=True,
+        timeout=60,
+    )
+    shorter.replace(tampered)
+
+    stitcher = start_worker("tamper-b", "--concurrency", "1", env=SCRATCH_ENV)
+    workers = [media_only, stitcher]
+    wait_for(lambda: job_status(job) in ("completed", "failed"), 150, "the job to end", workers=workers)
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    chunks = tasks_of(job, "transcode.chunk")
+    assert sorted(c[5] for c in chunks) == [0, 1, 2, 2, 3]  # chunk 2 ran again, as a new task
+    stitches = sql(
+        "SELECT result FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.stitch' ORDER BY id",
+        [job],
+    )
+    first = json.loads(stitches[0][0]) if isinstance(stitches[0][0], str) else stitches[0][0]
+    assert first["redo"] == [2] and "30 frames" in first["mismatches"]["2"][0]
+    assert len(stitches) == 2
+    assert_exact_outputs(roots, job)
+
+
+def test_cancelling_a_split_job_leaves_no_scratch_files(start_worker, roots, slow_clip):
+    workers = [start_worker(uid, "--concurrency", "1", env=SCRATCH_ENV) for uid in ("cancel-a", "cancel-b")]
+    rel = roots.add(slow_clip, "src/slow.mp4")
+    job = submit(rel, ladder=[{"height": 360}, {"height": 180}], **SLOW)
+    wait_for(lambda: running_chunk(job, roots), 90, "a chunk to be encoding", workers=workers)
+    repository.cancel(job)
+    wait_for(lambda: job_status(job) == "cancelled", 30, "the job to be cancelled", workers=workers)
+    wait_for(lambda: not processes_mentioning(roots.scratch / str(job)), 15, "the chunks' FFmpeg to be gone")
+    wait_for(
+        lambda: not [p for p in roots.scratch.rglob("*") if p.is_file()],
+        30,
+        "the scratch to be swept",
+        workers=workers,
+    )
+    assert not (roots.scratch / str(job)).exists()
+    states = {s for (s,) in sql("SELECT DISTINCT state FROM queue_tasks WHERE job_id = %s", [job])}
+    assert states <= {"completed", "cancelled"}, states
+    assert JobOutput.objects.filter(job_id=job).count() == 0

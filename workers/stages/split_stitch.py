@@ -17,7 +17,7 @@ from typing import Any
 from media.split.plan import SplitPlan
 from media.split.stitch import packet_count, stitch_argv, verify_chunks
 from workers import scratch
-from workers.stages.base import PermanentFailure, StageContext, stage
+from workers.stages.base import RESERVED_PAYLOAD_KEYS, PermanentFailure, StageContext, stage
 from workers.stages.common import child, partial_path, run_ffmpeg
 from workers.stages.split import MAX_REDO_ROUNDS, chunk_results, single_result
 
@@ -58,9 +58,16 @@ def send_back(ctx: StageContext, p: dict, wrong: dict[int, list[str]]) -> dict:
     for index, what in sorted(wrong.items()):
         ctx.log(f"stitch: chunk {index} does not match its plan ({'; '.join(what)}); redoing it")
         ctx.spawn_child(payloads[index])
-    spec = child("transcode.stitch", {**p, "round": round_}, pool="background", duration=p.get("duration"))
+    spec = child(
+        "transcode.stitch", {**_own(p), "round": round_}, pool="background", duration=p.get("duration")
+    )
     ctx.spawn_child(replace(spec, placement="cluster", wait_for_siblings=True))
     return {"redo": sorted(wrong), "round": round_, "mismatches": {str(k): v for k, v in wrong.items()}}
+
+
+def _own(payload: dict) -> dict:
+    """A payload without the keys the scheduler adds to every child's (RESERVED_PAYLOAD_KEYS)."""
+    return {k: v for k, v in payload.items() if k not in RESERVED_PAYLOAD_KEYS}
 
 
 def chunk_specs(ctx: StageContext, p: dict, indexes: set[int]):
@@ -83,7 +90,7 @@ def chunk_specs(ctx: StageContext, p: dict, indexes: set[int]):
     release_connection()
     for index in sorted(indexes):
         row = found[index]
-        payload = {k: v for k, v in row["payload"].items() if k not in ("parent_task_id", "index")}
+        payload = _own(row["payload"])
         yield replace(
             child("transcode.chunk", {**payload, "redo": int(p.get("round", 0)) + 1}),
             placement="cluster",
