@@ -5,12 +5,13 @@ count, its first packet a keyframe, and its codec parameters those of the first 
 with other parameter sets would decode wrongly once joined under the first chunk's).
 
 `stitch_argv` joins them with FFmpeg's concat demuxer and `-c copy`. The concat demuxer places each
-file at the previous file's start plus its duration, in microseconds; the files' own durations are
-rounded to milliseconds (the MP4 movie header), which at 29.97 fps would shift a seam by ~13 ticks.
-So the list gives every file's duration, taken from the plan's frame counts so that the running
-sum, not each file, is rounded to the microsecond: every chunk lands on the exact tick the unsplit
-encode gives its first frame. Chunks encoded with the same settings have the same reordering delay,
-so decode timestamps run on across the seams too. The result is a +faststart MP4, as renditions are.
+file at the previous file's start plus its duration, in microseconds; a file's own duration is
+rounded to the microsecond, and the roundings add up: 240 chunks of 899 frames at 29.97 fps drift by
+80 us, 2.4 ticks of the 1/30000 time base, so late seams would land off the unsplit encode's ticks.
+So the list gives every file's duration from the plan's frame counts, each the difference of the
+exact running sum rounded to the microsecond: every chunk lands on the tick the unsplit encode gives
+its first frame. Chunks encoded with the same settings have the same reordering delay, so decode
+timestamps run on across the seams too (tests/media/test_split_stitch.py checks both). The result is a +faststart MP4, as renditions are.
 """
 
 from __future__ import annotations
