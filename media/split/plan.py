@@ -121,6 +121,21 @@ def nominal_boundaries(frame_count: int, chunk_frames: int) -> list[int]:
     return [round(i * frame_count / count) for i in range(count)] + [frame_count]
 
 
+def on_keyframe_grid(bounds: list[int], fps: Fraction, keyframe_seconds: float) -> list[int]:
+    """Each inner boundary moved to the nearest frame the rungs make a keyframe anyway (the first
+    frame at or after a multiple of `keyframe_seconds`, as media.split.encode.keyframe_frames and
+    the unsplit encode place them), so chunk starts add no keyframe; duplicates dropped."""
+    step = Fraction(keyframe_seconds).limit_denominator(1000) * Fraction(fps)
+    inner = []
+    for b in bounds[1:-1]:
+        m = round(b / step)
+        grid = [math.ceil(k * step) for k in (m - 1, m, m + 1) if k > 0]
+        nearest = min(grid, key=lambda g: (abs(g - b), g))
+        if bounds[0] < nearest < bounds[-1] and (not inner or nearest > inner[-1]):
+            inner.append(nearest)
+    return [bounds[0], *inner, bounds[-1]]
+
+
 def _snap(
     source: Path, timeline: Timeline, nominal: list[int], window: int, ffmpeg
 ) -> tuple[list[int], list[int]]:
@@ -164,16 +179,22 @@ def plan_split(
     *,
     chunk_seconds: float,
     scene_window_seconds: float = DEFAULT_SCENE_WINDOW_SECONDS,
+    keyframe_seconds: float | None = None,
     ffmpeg: str | None = None,
 ) -> SplitPlan:
-    """Plan `source` in chunks of at most `chunk_seconds` (before scene snapping, which may lengthen
-    a chunk by up to two windows). Raises SplitImpossible when frames cannot be found exactly."""
+    """Plan `source` in chunks of about `chunk_seconds` (at most, before the keyframe grid and scene
+    snapping move a boundary). `keyframe_seconds`: the job's keyframe spacing (its HLS segment
+    length); boundaries then sit on that grid unless a scene cut is near, so a split encode has
+    the unsplit encode's keyframes plus one per cut. Raises SplitImpossible when frames cannot be
+    found exactly."""
     if not chunk_seconds > 0:
         raise ValueError("chunk_seconds must be positive")
     timeline = read_timeline(Path(source))
     fps, n = timeline.fps, timeline.frame_count
     chunk_frames = max(1, round(chunk_seconds * fps))
     nominal = nominal_boundaries(n, chunk_frames)
+    if keyframe_seconds:
+        nominal = on_keyframe_grid(nominal, fps, keyframe_seconds)
     window_seconds = min(max(0.0, scene_window_seconds), chunk_seconds / 4)
     window = math.floor(window_seconds * fps)
     bounds, moved = _snap(Path(source), timeline, nominal, window, ffmpeg)

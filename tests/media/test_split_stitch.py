@@ -183,22 +183,16 @@ def test_a_tampered_chunk_is_reported_and_a_per_rendition_encode_is_exact(source
         ]
     )
     missing = tmp_path / "missing.mp4"
-    assert verify_chunks([files[0], short, missing], plan) == [
-        ChunkMismatch(index=1, expected=24, got=23),
-        ChunkMismatch(index=2, expected=23, got=-1, reason=verify_chunks([missing], _one(plan, 2))[0].reason),
-    ]
+    reported = verify_chunks([files[0], short, missing], plan)
+    assert reported[0] == ChunkMismatch(index=1, expected=24, got=23)
+    assert (reported[1].index, reported[1].got, reported[1].reason[:10]) == (2, -1, "unreadable")
+    assert len(reported) == 2
     # Another encoder's chunk (other parameter sets) would decode wrongly once joined.
     other = tmp_path / "other.mp4"
     run(rendition_argv(source, plan.chunks[2], plan.fps, rungs_for("libx265")[0], other))
     assert verify_chunks([files[0], files[1], other], plan) == [
         ChunkMismatch(index=2, expected=23, got=23, reason="codec parameters differ from chunk 0")
     ]
-
-
-def _one(plan, index):
-    from dataclasses import replace
-
-    return replace(plan, chunks=[plan.chunks[index]])
 
 
 def test_keyframes_follow_the_source_grid_within_each_chunk():
