@@ -125,3 +125,46 @@ class MediaRoots:
             S3_BUCKET="",
             JETENCODE={**django_settings.JETENCODE, **jetencode},
         )
+
+
+def split_source(
+    dst: Path,
+    *,
+    fps: str = "25",
+    seconds: float = 3.0,
+    audio_seconds: float | None = None,
+    size: str = "160x90",
+    cut_at: float | None = None,
+    ffmpeg: str | None = None,
+) -> list[str]:
+    """A source made to be hard to split (the split tests, tests/media/test_split_*.py): H.264 with
+    B-frames and open GOPs whose keyframes (every 40 frames) fall anywhere in a chunk, at `fps`
+    ("25", "30000/1001"); `cut_at` seconds into it a hard cut from testsrc2 to smptebars;
+    `audio_seconds` of 48 kHz AAC (longer than the video when above `seconds`), or no audio."""
+    argv = [ffmpeg or ffmpeg_path(), "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
+    if cut_at is None:
+        graph = f"testsrc2=size={size}:rate={fps}:duration={seconds}[v]"
+    else:
+        graph = (
+            f"testsrc2=size={size}:rate={fps}:duration={cut_at}[a];"
+            f"smptebars=size={size}:rate={fps}:duration={seconds - cut_at}[b];[a][b]concat=n=2:v=1:a=0[v]"
+        )
+    maps = ["-map", "[v]"]
+    if audio_seconds:
+        graph += f";sine=frequency=440:sample_rate=48000:duration={audio_seconds}[s]"
+        maps += ["-map", "[s]"]
+    argv += ["-filter_complex", graph, *maps, "-c:v", "libx264", "-preset", "veryfast", "-bf", "3"]
+    argv += ["-x264-params", "keyint=40:min-keyint=40:scenecut=0:open-gop=1", "-pix_fmt", "yuv420p"]
+    argv += ["-c:a", "aac", "-b:a", "64k"] if audio_seconds else ["-an"]
+    return argv + [str(dst)]
+
+
+def run_all(argvs: list[list[str]], timeout: float = 120) -> None:
+    """Run FFmpeg argvs in parallel; each must succeed."""
+    procs = [
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for argv in argvs
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err.decode(errors="replace")
