@@ -260,3 +260,55 @@ def test_cancelling_a_split_job_leaves_no_scratch_files(start_worker, roots, slo
     states = {s for (s,) in sql("SELECT DISTINCT state FROM queue_tasks WHERE job_id = %s", [job])}
     assert states <= {"completed", "cancelled"}, states
     assert JobOutput.objects.filter(job_id=job).count() == 0
+
+
+# ---- measuring and per-shot quality ----------------------------------------------------------------
+
+
+def job_quality_document(job) -> dict:
+    from media.quality import job_quality
+
+    return job_quality(job)
+
+
+def test_a_split_jobs_quality_is_measured_per_chunk_and_pooled_with_seams(start_worker, roots, split_clip):
+    workers = [start_worker(uid, "--concurrency", "2", env=SCRATCH_ENV) for uid in ("q-a", "q-b")]
+    rel = roots.add(split_clip, "src/split.mp4")
+    job = submit(rel, quality_metrics=["vmaf", "psnr"], vmaf_subsample=2)
+    wait_for(lambda: job_status(job) in ("completed", "failed"), 180, "the job to end", workers=workers)
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    assert len(tasks_of(job, "transcode.chunk_quality")) == 4
+    document = job_quality_document(job)
+    published = json.loads((roots.job_outputs(job) / "quality.json").read_text())
+    assert published["renditions"] == document["renditions"]
+    for entry in document["renditions"]:
+        assert 0 < entry["vmaf_p1"] <= entry["vmaf_p5"] <= entry["vmaf"] <= 100
+        assert [s["index"] for s in entry["seams"]] == [1, 2, 3]
+        assert all(0 < s["vmaf_min"] <= s["vmaf_mean"] <= 100 for s in entry["seams"])
+        assert [c["index"] for c in entry["chunks"]] == [0, 1, 2, 3]
+        assert all(c["crf"] == 23 and 0 < c["vmaf"] <= 100 for c in entry["chunks"])
+        assert entry["psnr_db"] > 20
+    assert_exact_outputs(roots, job)
+
+
+def test_target_vmaf_searches_each_chunks_own_crf(start_worker, roots, split_clip):
+    workers = [start_worker(uid, "--concurrency", "2", env=SCRATCH_ENV) for uid in ("t-a", "t-b")]
+    rel = roots.add(split_clip, "src/split.mp4")
+    job = submit(rel, ladder=[{"height": 180}], quality_metrics=["vmaf"], target_vmaf=90)
+    wait_for(lambda: job_status(job) in ("completed", "failed"), 220, "the job to end", workers=workers)
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    document = job_quality_document(job)
+    (entry,) = document["renditions"]
+    crfs = [c["crf"] for c in entry["chunks"]]
+    assert all(isinstance(c, int) for c in crfs), crfs
+    searches = document["per_shot"]["searches"]
+    assert sorted(searches) == ["0", "1", "2", "3"]
+    for index, search in searches.items():
+        assert search["180p"]["chosen_crf"] == crfs[int(index)]
+        assert 1 <= len(search["180p"]["probes"]) <= 4
+    saved = document["per_shot"]["bits_saved"]["180p"]
+    assert saved is None or {"per_title_crf", "per_shot_bytes", "per_title_bytes", "saved_percent"} <= set(
+        saved
+    )
+    frames, _ = video_packets(roots.job_outputs(job) / "renditions" / "180p.mp4")
+    assert frames == FRAMES

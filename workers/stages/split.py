@@ -94,12 +94,18 @@ def cluster(spec: ChildSpec) -> ChildSpec:
     return replace(spec, placement="cluster", payload={**spec.payload, scratch.SCRATCH_KEY: True})
 
 
-def _chunk_child(source_rel: str, state: dict, chunk: dict, rungs: list[dict], target, choice) -> ChildSpec:
+def _chunk_child(
+    source_rel: str, info: MediaInfo, state: dict, chunk: dict, rungs: list[dict], target, choice
+) -> ChildSpec:
     seconds = float(chunk["end_seconds"]) - float(chunk["start_seconds"])
     payload = {
         "source": source_rel,
         "chunk": chunk,
+        "prev_chunk": state["chunks"][chunk["index"] - 1] if chunk["index"] > 0 else None,
         "fps": state["fps"],
+        "frame_count": state["frame_count"],
+        "source_width": info.width,
+        "source_height": info.height,
         "renditions": rungs,
         "target_vmaf": target,
         # task_weight_v1: progress counts each chunk by its frames (duration x pixels).
@@ -120,7 +126,7 @@ def spawn_split(
     choice = next((c for _p, c in placed if c.use_gpu), placed[0][1])
     state = plan.to_state()
     for chunk in state["chunks"]:
-        ctx.spawn_child(_chunk_child(source_rel, state, chunk, rungs, params.target_vmaf, choice))
+        ctx.spawn_child(_chunk_child(source_rel, info, state, chunk, rungs, params.target_vmaf, choice))
     duration = info.duration_seconds
     if info.has_audio:
         audio = {"source": source_rel, "audio_bitrate_kbps": params.audio_bitrate_kbps, "duration": duration}

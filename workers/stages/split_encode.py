@@ -68,42 +68,80 @@ def fps_of(value) -> Fraction:
     return Fraction(str(value))
 
 
-def _searched(ctx: StageContext, p: dict, source: Path, chunk, encodings: list) -> tuple[list, dict]:
-    """Each rung's CRF searched on this chunk itself (per-shot quality)."""
+def stitchable(argv: list[str]) -> list[str]:
+    """argv with x264's `stitchable=1` on every libx264 output: its headers (PPS pic_init_qp) no
+    longer follow the CRF, so chunks encoded at different CRFs (per-shot quality) share parameter
+    sets and join by copying. (Belongs in media.split.encode; added here until it is.)"""
+    out: list[str] = []
+    codec = None
+    for i, arg in enumerate(argv):
+        if arg == "-c:v" and i + 1 < len(argv):
+            codec = argv[i + 1]
+        if arg == "-f" and codec == "libx264" and "-x264-params" not in argv:
+            out += ["-x264-params", "stitchable=1"]
+            codec = None
+        out.append(arg)
+    return out
+
+
+def local_plan(p: dict):
+    """(chunk, plan) for media.split's per-chunk functions without the whole plan in every payload:
+    the chunk and the one before it (measuring reads one frame of it as context), renumbered 0/1."""
+    from media.split.plan import SplitPlan
+
+    chunks = [replace(chunk_of(p["prev_chunk"]), index=0)] if p.get("prev_chunk") else []
+    chunk = replace(chunk_of(p["chunk"]), index=len(chunks))
+    plan = SplitPlan("chunks", "", chunks + [chunk], fps_of(p["fps"]), int(p["frame_count"]))
+    return chunk, plan
+
+
+def _rungs(p: dict, encodings: list) -> list:
+    from media.split.encode import Rung
+
+    return [
+        Rung(e, int(r["width"]), int(r["height"])) for e, r in zip(encodings, p["renditions"], strict=True)
+    ]
+
+
+def _searched(ctx: StageContext, p: dict, source: Path, out_dir: Path) -> Encoded:
+    """Per-shot quality: each rung's CRF searched on this chunk; the chosen probes are the files."""
     from workers.stages.split_target import search_chunk_crf
 
-    records = {}
-    chosen = []
-    for rung, encoding in zip(p["renditions"], encodings, strict=True):
-        record = search_chunk_crf(
-            ctx, source, chunk, fps_of(p["fps"]), rung, encoding, float(p["target_vmaf"])
-        )
-        records[rung["name"]] = record
-        chosen.append(replace(encoding, crf=int(record["chosen_crf"])))
-    return chosen, records
+    local = local_plan(p)
+    size = (int(p["source_width"]), int(p["source_height"]))
+    files, crf, records = {}, {}, {}
+    for rung, spec in zip(
+        p["renditions"], _rungs(p, [rung_encoding(r) for r in p["renditions"]]), strict=True
+    ):
+        record = search_chunk_crf(ctx, source, local, spec, float(p["target_vmaf"]), out_dir, size)
+        final = out_dir / f"{rung['name']}.mp4"
+        os.replace(record.pop("file"), final)
+        files[rung["name"]], crf[rung["name"]], records[rung["name"]] = final, record["chosen_crf"], record
+    return Encoded(files=files, crf=crf, search=records)
 
 
 def encode_chunk(ctx: StageContext, p: dict, out_dir: Path) -> Encoded:
-    """Encode chunk `p["chunk"]` for every rung of `p["renditions"]` into `out_dir`."""
+    """Encode chunk `p["chunk"]` for every rung of `p["renditions"]` into `out_dir`: one FFmpeg run
+    (one decode of the chunk) for all rungs, or with `target_vmaf` each rung's own CRF search."""
+    from media.split.encode import chunk_argv
+
     source = media_source(p["source"])
-    chunk = chunk_of(p["chunk"])
+    if p.get("target_vmaf") is not None:
+        return _searched(ctx, p, source, out_dir)
+    chunk, _plan = local_plan(p)
     rungs = p["renditions"]
     encodings = [rung_encoding(rung) for rung in rungs]
-    search = None
-    if p.get("target_vmaf") is not None:
-        encodings, search = _searched(ctx, p, source, chunk, encodings)
     finals = [out_dir / f"{rung['name']}.mp4" for rung in rungs]
     partials = [partial_path(path) for path in finals]
-    from media.split.encode import Rung, chunk_argv
-
-    specs = [Rung(e, int(r["width"]), int(r["height"])) for e, r in zip(encodings, rungs, strict=True)]
-    argv = chunk_argv(source, chunk, fps_of(p["fps"]), specs, partials, threads=ffmpeg_threads())
+    argv = chunk_argv(
+        source, chunk, fps_of(p["fps"]), _rungs(p, encodings), partials, threads=ffmpeg_threads()
+    )
     seconds = chunk.end_seconds - chunk.start_seconds
-    run_ffmpeg(ctx, argv, duration=seconds, throttle=throttle_for(ctx), what=f"chunk {chunk.index}")
+    run_ffmpeg(ctx, argv, duration=seconds, throttle=throttle_for(ctx), what=f"chunk {p['chunk']['index']}")
     for partial, final in zip(partials, finals, strict=True):
         os.replace(partial, final)
     return Encoded(
         files={r["name"]: f for r, f in zip(rungs, finals, strict=True)},
         crf={r["name"]: e.crf for r, e in zip(rungs, encodings, strict=True)},
-        search=search,
+        search=None,
     )

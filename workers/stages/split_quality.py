@@ -26,10 +26,8 @@ from workers import scratch
 from workers.stages.base import ChildSpec, PermanentFailure, StageContext, stage
 from workers.stages.common import child, run_ffmpeg
 from workers.stages.quality import QUALITY_JSON
-from workers.stages.split_encode import chunk_of, fps_of, media_source
+from workers.stages.split_encode import local_plan, media_source
 from workers.stages.split_results import latest_results
-
-SEAM_FRAMES = 12  # frames each side of a seam reported apart (pooling's seam window)
 
 
 def quality_children(p: dict, after: dict, artifacts: dict, results: dict[int, dict]) -> list[ChildSpec]:
@@ -41,7 +39,9 @@ def quality_children(p: dict, after: dict, artifacts: dict, results: dict[int, d
         payload = {
             "source": after["source"],
             "chunk": chunk,
+            "prev_chunk": p["plan"]["chunks"][index - 1] if index > 0 else None,
             "fps": p["plan"]["fps"],
+            "frame_count": p["plan"]["frame_count"],
             "files": dict(results[index]["files"]),
             "metrics": after["metrics"],
             "n_subsample": after["n_subsample"],
@@ -67,35 +67,24 @@ def quality_children(p: dict, after: dict, artifacts: dict, results: dict[int, d
     return specs
 
 
-def chunk_measure_argv(source: Path, chunk: dict, fps: str, scored: list, p: dict) -> list[str]:
-    """quality.measure_argv, with the reference cut to exactly the chunk's frames the way the chunk's
-    encode found them (media.split.encode: seek to the keyframe before it, then trim and retime), so
-    the reference and each chunk file line up frame for frame."""
-    from media.split.encode import trim_chain
+def chunk_scores(log: Path, local, n_subsample: int) -> dict[str, list[float]]:
+    """The chunk's own per-frame scores of one libvmaf log (the context frames measuring adds on
+    each side dropped, media.split.pooling.chunk_frame_scores): vmaf, and psnr_y / float_ssim when
+    measured (the same frames kept)."""
+    from media.split.pooling import chunk_frame_scores
 
-    argv = quality.measure_argv(
-        source,
-        scored,
-        width=int(p["source_width"]),
-        height=int(p["source_height"]),
-        metrics=list(p["metrics"]),
-        n_subsample=int(p["n_subsample"]),
-    )
-    cut = chunk_of(chunk)
-    first_input = argv.index("-i")
-    argv[first_input:first_input] = ["-noaccurate_seek", "-ss", f"{cut.seek_seconds:.6f}"]
-    chain = trim_chain(cut, fps_of(fps))
-    return [a.replace("[0:v:0]setpts=PTS-STARTPTS,", f"[0:v:0]{chain},setpts=PTS-STARTPTS,") for a in argv]
-
-
-def frame_scores(log: Path) -> dict[str, list[float]]:
-    """Per-frame vmaf / psnr_y / float_ssim of one libvmaf JSON log."""
+    chunk, plan = local
     frames = [f.get("metrics", {}) for f in json.loads(log.read_text()).get("frames", [])]
-    if not frames:
-        raise RuntimeError(f"libvmaf scored no frames ({log.name})")
-    out: dict[str, list[float]] = {}
-    for key in ("vmaf", "psnr_y", "float_ssim"):
-        values = [float(f[key]) for f in frames if key in f and math.isfinite(float(f[key]))]
+    out = (
+        {"vmaf": chunk_frame_scores(log, chunk, plan, n_subsample)}
+        if any("vmaf" in m for m in frames)
+        else {}
+    )
+    lead = 1 if chunk.first_frame > 0 else 0
+    n = max(1, int(n_subsample))
+    kept = [m for i, m in enumerate(frames) if lead <= i * n < lead + chunk.frames]
+    for key in ("psnr_y", "float_ssim"):
+        values = [float(m[key]) for m in kept if key in m and math.isfinite(float(m[key]))]
         if values:
             out[key] = values
     return out
@@ -108,12 +97,20 @@ def transcode_chunk_quality(ctx: StageContext) -> dict:
     out_dir = scratch.attempt_dir(ctx, f"quality/{int(chunk['index']):05d}")
     names = sorted(p["files"])
     scored = [(scratch.resolve(ctx, p["files"][n]), out_dir / f"{n}.vmaf.json") for n in names]
-    argv = chunk_measure_argv(media_source(p["source"]), chunk, p["fps"], scored, p)
+    from media.split.pooling import chunk_measure_argv
+
+    local = local_plan(p)
+    n = int(p["n_subsample"])
+    size = {"width": int(p["source_width"]), "height": int(p["source_height"])}
+    metrics = list(p["metrics"])
+    argv = chunk_measure_argv(
+        media_source(p["source"]), *local, scored, **size, n_subsample=n, metrics=metrics
+    )
     started = time.monotonic()
     run_ffmpeg(
         ctx, argv, duration=float(p["duration"]), throttle=None, what=f"quality chunk {chunk['index']}"
     )
-    scores = {name: frame_scores(log) for name, (_path, log) in zip(names, scored, strict=True)}
+    scores = {name: chunk_scores(log, local, n) for name, (_path, log) in zip(names, scored, strict=True)}
     path = out_dir / "scores.json"
     path.write_text(json.dumps(scores))
     ctx.progress(100.0)
@@ -126,10 +123,6 @@ def transcode_chunk_quality(ctx: StageContext) -> dict:
         "worker": ctx.worker_uid,
         "seconds": round(time.monotonic() - started, 2),
     }
-
-
-def _pooled_value(pooled: Any, key: str):
-    return pooled.get(key) if isinstance(pooled, dict) else getattr(pooled, key, None)
 
 
 def _mean_of(chunks: list[dict[str, list[float]]], key: str) -> float | None:
@@ -155,26 +148,14 @@ def rendition_entry(ctx: StageContext, p: dict, rung: dict, chunks: list[dict[st
     if "vmaf" in p["metrics"]:
         from media.split.pooling import pool
 
-        pooled = pool([c["vmaf"] for c in chunks], seam_frames=SEAM_FRAMES)
-        for key in ("vmaf", "vmaf_p1", "vmaf_p5"):
-            entry[key] = round(float(_pooled_value(pooled, key)), 3)
-        entry["seams"] = [_seam(s) for s in _pooled_value(pooled, "seams") or []]
+        pooled = pool([c["vmaf"] for c in chunks])
+        entry.update({key: pooled[key] for key in ("vmaf", "vmaf_p1", "vmaf_p5", "seams")})
     if "psnr" in p["metrics"]:
         entry["psnr_db"] = round(_mean_of(chunks, "psnr_y"), 3)
     if "ssim" in p["metrics"]:
         entry["ssim"] = round(_mean_of(chunks, "float_ssim"), 5)
     entry["chunks"] = _chunk_rows(p, name, chunks)
     return entry
-
-
-def _seam(seam: Any) -> dict:
-    if isinstance(seam, dict):
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in seam.items()}
-    return {
-        "index": int(seam.index),
-        "vmaf_min": round(float(seam.vmaf_min), 3),
-        "vmaf_mean": round(float(seam.vmaf_mean), 3),
-    }
 
 
 def _chunk_rows(p: dict, name: str, chunks: list[dict[str, list[float]]]) -> list[dict]:
@@ -215,8 +196,9 @@ def transcode_split_quality(ctx: StageContext) -> dict:
             **quality.settings_record(
                 p["metrics"], int(p["n_subsample"]), version, ffmpeg_version(), "source"
             ),
-            "pooling": "per chunk, from the per-frame scores: vmaf mean, vmaf_p1/vmaf_p5 percentiles; "
-            f"seams: the {SEAM_FRAMES} scored frames each side of every chunk boundary",
+            "pooling": "each chunk scored on its own frame range, pooled from the per-frame scores: vmaf "
+            "mean, vmaf_p1/vmaf_p5 percentiles; seams: the scored frames each side of every chunk "
+            "boundary (media.split.pooling)",
             "split": True,
         },
         "target_vmaf": p.get("target_vmaf"),
@@ -240,11 +222,14 @@ def transcode_split_quality(ctx: StageContext) -> dict:
 
 
 def per_shot_summary(p: dict, entries: list[dict]) -> dict:
-    """Per-shot quality: the CRF each chunk chose, and what the chunks' own searches cost in bits
-    against one CRF for the whole title (media.split.target's comparison, per rung)."""
-    from media.split.target import bits_saved
+    """Per-shot quality: each chunk's CRF search per rung, and the bits it saved against one CRF for
+    the whole title at equal pooled VMAF (workers/stages/split_target.py `bits_saved`)."""
+    from workers.stages.split_target import bits_saved
 
-    return {
-        "searches": p["chunk_search"],
-        "bits_saved": {e["name"]: bits_saved(p["chunk_search"], e["name"]) for e in entries},
-    }
+    order = [str(c["index"]) for c in p["chunks"]]
+    frames = [int(c["last_frame"]) - int(c["first_frame"]) + 1 for c in p["chunks"]]
+    saved = {}
+    for entry in entries:
+        searches = [(p["chunk_search"].get(i) or {}).get(entry["name"]) for i in order]
+        saved[entry["name"]] = bits_saved(searches, frames) if all(searches) else None
+    return {"searches": p["chunk_search"], "bits_saved": saved}
