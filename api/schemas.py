@@ -123,6 +123,12 @@ class PaginationOut(Schema):
     total_pages: int
 
 
+class QueueChunksOut(Schema):
+    total: int
+    done: int
+    running: dict[str, int] = Field(description="Worker uid: chunks running there")
+
+
 class QueueEntryOut(Schema):
     job_id: UUID
     type: str
@@ -152,6 +158,9 @@ class QueueEntryOut(Schema):
     cancel_requested: bool
     resource_category: ResourceCategory | None
     vram_mb: int | None
+    chunks: QueueChunksOut | None = Field(
+        None, description="A split transcode's chunks: how many, how many done, how many run on which worker"
+    )
 
     @model_serializer(mode="wrap")
     def _omit_waiting_seconds(self, handler):

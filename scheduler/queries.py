@@ -63,6 +63,7 @@ class QueueEntry:
     cancel_requested: bool
     resource_category: str | None
     vram_mb: int | None
+    chunks: dict | None = None  # a split job's chunks: {"total", "done", "running": {worker: n}}
 
 
 def queue_list(
@@ -98,6 +99,7 @@ def queue_list(
     for row in rows:
         if row["waiting_seconds"] is not None:
             row["waiting_seconds"] = float(row["waiting_seconds"])
+        row["chunks"] = _decode(row.get("chunks"))
         entries.append(QueueEntry(**{k: v for k, v in row.items() if k in names}))
     return entries
 

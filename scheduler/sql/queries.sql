@@ -6,7 +6,7 @@
 -- else targeted; NULL = pending) and in claim order within a group. include_finished (used with
 -- job_id) builds the same entry for a job that has left the queue, e.g. after a cancel. The representative task is the
 -- running one, else the next in claim order, else the failed one. waiting_reason is derived from the
--- same predicates the claim applies.
+-- same predicates the claim applies. chunks: a split job's chunks (total, done, running per worker).
 SELECT
   j.id AS job_id, j.type, NULLIF(s.group_key, '') AS "group", rt.task_type AS stage, j.status AS state,
   rt.state AS task_state, s.priority, s.position, s.required_worker_uid, s.assigned_worker_uid, s.paused,
@@ -73,7 +73,20 @@ SELECT
       THEN 'waiting for a free ' || rt.resource_category || ' slot on ' || coalesce(s.assigned_worker_uid, s.required_worker_uid)
     ELSE 'waiting for a free ' || rt.resource_category || ' slot'
   END AS waiting_reason,
-  j.progress, j.created_at, s.cancel_requested_at IS NOT NULL AS cancel_requested, rt.resource_category, rt.vram_mb
+  j.progress, j.created_at, s.cancel_requested_at IS NOT NULL AS cancel_requested, rt.resource_category, rt.vram_mb,
+  -- A split transcode is one entry: its chunks counted, and how many run on which worker.
+  (SELECT CASE WHEN c.total > 0 THEN jsonb_build_object('total', c.total, 'done', c.done,
+                                                        'running', coalesce(c.running, '{}'::jsonb)) END
+     FROM (SELECT count(DISTINCT q.payload -> 'chunk' ->> 'index') AS total,
+                  count(DISTINCT q.payload -> 'chunk' ->> 'index') FILTER (WHERE q.state = 'completed') AS done,
+                  (SELECT jsonb_object_agg(r.claimed_by, r.n)
+                     FROM (SELECT q2.claimed_by, count(*) AS n FROM queue_tasks q2
+                            WHERE q2.job_id = s.job_id AND q2.execution_id = s.execution_id
+                              AND q2.task_type = 'transcode.chunk' AND q2.state = 'running'
+                            GROUP BY q2.claimed_by) r) AS running
+             FROM queue_tasks q
+            WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id AND q.task_type = 'transcode.chunk') c
+  ) AS chunks
 FROM job_schedule s
 JOIN jobs j ON j.id = s.job_id
 LEFT JOIN LATERAL (

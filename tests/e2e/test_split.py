@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -16,8 +17,9 @@ import pytest
 
 from media import commands
 from media.ffmpeg import ffmpeg_path
+from media.split_job import chunk_grid, progress_note
 from media.submission import create_job
-from scheduler import repository
+from scheduler import queries, repository
 from scheduler.models import JobOutput
 from tests.kit.db import job_status, one, sql
 from tests.kit.waiting import wait_for
@@ -177,6 +179,8 @@ def test_a_worker_killed_mid_chunk_costs_only_that_chunk(start_worker, roots, sl
     # Each output published once, by one upload.
     names = list(JobOutput.objects.filter(job_id=job).values_list("name", flat=True))
     assert len(names) == len(set(names)) and "renditions/360p.mp4" in names
+    # The job detail says why progress went down: the killed chunk gave its frames back.
+    assert f"chunk {index} restarted" in (progress_note(job) or ""), progress_note(job)
     uploads = tasks_of(job, "transcode.upload")
     assert [u[1] for u in uploads] == ["completed"] and uploads[0][2] == 1
     for rung in ("360p", "180p"):
@@ -309,3 +313,43 @@ def test_target_vmaf_searches_each_chunks_own_crf(start_worker, roots, split_cli
     )
     frames, _ = video_packets(roots.job_outputs(job) / "renditions" / "180p.mp4")
     assert frames == FRAMES
+
+
+# ---- operators ---------------------------------------------------------------------------------------
+
+
+def test_operator_controls_apply_to_every_chunk_and_the_queue_shows_the_job_once(
+    start_worker, roots, slow_clip
+):
+    workers = [start_worker(uid, "--concurrency", "1", env=SCRATCH_ENV) for uid in ("op-a", "op-b")]
+    rel = roots.add(slow_clip, "src/slow.mp4")
+    job = submit(rel, ladder=[{"height": 360}, {"height": 180}], **SLOW)
+
+    def two_running():
+        entry = queries.queue_entry(job)
+        return entry if entry and entry.chunks and sum(entry.chunks["running"].values()) == 2 else None
+
+    entry = wait_for(two_running, 90, "two chunks running on two workers", workers=workers)
+    assert entry.chunks["total"] == 4 and entry.group is None  # the pending group: any worker
+    assert set(entry.chunks["running"]) == {"op-a", "op-b"}
+    assert [e.job_id for e in queries.queue_list()].count(job) == 1
+
+    # Pause: the chunks not yet claimed stay unclaimed, the running ones finish.
+    repository.pause(job)
+    wait_for(lambda: job_status(job) == "paused", 60, "the job to pause", workers=workers)
+    time.sleep(2)  # two polls of each worker: nothing more is claimed
+    chunks = tasks_of(job, "transcode.chunk")
+    assert sorted(c[1] for c in chunks) == ["completed", "completed", "pending", "pending"], chunks
+    # Priority and run-next act on the job, so on all of its chunks.
+    repository.set_priority(job, 500)
+    repository.run_next(job)
+    assert one("SELECT priority FROM job_schedule WHERE job_id = %s", [job]) == 500
+    repository.resume(job)
+    wait_for(lambda: job_status(job) in ("completed", "failed"), 200, "the job to end", workers=workers)
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    grid = chunk_grid(job)
+    assert grid["renditions"] == ["360p", "180p"] and [r["index"] for r in grid["rows"]] == [0, 1, 2, 3]
+    assert {c["worker"] for r in grid["rows"] for c in r["cells"]} <= {"op-a", "op-b"}
+    assert all(
+        c["state"] == "completed" and c["seconds"] is not None for r in grid["rows"] for c in r["cells"]
+    )
