@@ -159,7 +159,8 @@ class QueueEntryOut(Schema):
     resource_category: ResourceCategory | None
     vram_mb: int | None
     chunks: QueueChunksOut | None = Field(
-        None, description="A split transcode's chunks: how many, how many done, how many run on which worker"
+        None,
+        description="Present only for a split transcode: its chunks, how many are done, how many run on which worker",
     )
 
     @model_serializer(mode="wrap")
@@ -167,6 +168,8 @@ class QueueEntryOut(Schema):
         data = handler(self)
         if data.get("waiting_seconds") is None:
             data.pop("waiting_seconds", None)
+        if data.get("chunks") is None:
+            data.pop("chunks", None)  # only a split job has chunks
         return data
 
 
