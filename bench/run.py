@@ -38,6 +38,7 @@ MEASUREMENTS = (
     "quality",
     "farm",
     "peers",
+    "split",
 )
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -67,6 +68,7 @@ PROFILES = {
         "peers_jobs": 5000,
         "peers_shapes": [2, 1],
         "peers_rounds": 2,
+        "split_shape": "full",
     },
     "quick": {
         "throughput_jobs": 500,
@@ -93,6 +95,7 @@ PROFILES = {
         "peers_jobs": 1000,
         "peers_shapes": [2],
         "peers_rounds": 2,
+        "split_shape": "quick",
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
@@ -120,10 +123,11 @@ PROFILES = {
         "peers_jobs": 50,
         "peers_shapes": [1],
         "peers_rounds": 1,
+        "split_shape": "smoke",
     },
 }
-# Not in the smoke set: media and quality (FFmpeg), farm (its own server), peers (procrastinate and
-# pgqueuer, from the `dev` extra).
+# Not in the smoke set: media, quality and split (FFmpeg), farm (its own server), peers (procrastinate
+# and pgqueuer, from the `dev` extra).
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "serialized", "wakeup", "web", "failover")
 CONCURRENCY = 4
 THROUGHPUT_POLL_SECONDS = 0.1
@@ -362,6 +366,7 @@ class Runner:
             ("quality", self.measure_quality),
             ("farm", self.measure_farm),
             ("peers", self.measure_peers),
+            ("split", self.measure_split),
         ):
             if name in selected:
                 self.step(name, measure)
@@ -458,6 +463,13 @@ class Runner:
             rounds=p["peers_rounds"],
             keep_databases=self.args.keep_database,
             log=log,
+        )
+
+    def measure_split(self) -> dict:
+        from bench import split
+
+        return split.measure(
+            self.url, self.workdir, self.media_root, shape=self.profile["split_shape"], log=log
         )
 
     def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
@@ -606,6 +618,12 @@ def evaluate(results: dict, profile: dict) -> list[dict]:
     overhead = _get(results, "quality", "cost", "overhead_median")
     if overhead is not None:
         add("8", "quality: VMAF measuring overhead on job wall time", overhead, "<= 0.30", overhead <= 0.30)
+    widest = (_get(results, "split", "split") or [None])[-1]
+    if widest:
+        n, value = widest["workers"], widest.get("speedup")
+        add("12a", f"split: speed-up on {n} worker(s)", value, f">= {0.8 * n:g}", value >= 0.8 * n, "x")
+        mismatches = _get(results, "split", "mismatches")
+        add("12b", "split: frame-count mismatches", mismatches, "0", mismatches == 0)
     return targets
 
 
@@ -752,7 +770,7 @@ def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_table(report: dict) -> None:
-    from bench import failover, peers, quality, serialized
+    from bench import failover, peers, quality, serialized, split
 
     results = report["results"]
     rows = (
@@ -765,6 +783,7 @@ def print_table(report: dict) -> None:
         + quality.table_rows(results.get("quality"))
         + _farm_rows(results)
         + peers.table_rows(results.get("peers"))
+        + split.table_rows(results.get("split"))
         + [
             (name, "ERROR", data["error"][:70])
             for name, data in results.items()
