@@ -298,6 +298,44 @@ def transcode(ctx: StageContext) -> dict:
     }
 
 
+def _rendition_encoding(p: dict) -> commands.VideoEncoding:
+    """The rung's encoder and rate control from the payload (bad values cannot get better)."""
+    kbps = int(p["video_bitrate_kbps"])
+    try:
+        return commands.VideoEncoding(
+            encoder_of(p),
+            p.get("preset", "veryfast"),
+            int(p.get("crf", 23)),
+            kbps,
+            2 * kbps,
+            float(p["segment_seconds"]),
+        )
+    except ValueError as exc:
+        raise PermanentFailure(str(exc)) from None
+
+
+def _searched_encoding(
+    ctx: StageContext, p: dict, src: Path, final: Path, encoding: commands.VideoEncoding, throttle
+) -> tuple[commands.VideoEncoding, dict]:
+    """With target_vmaf: the per-title CRF search on samples (its record kept beside the rendition
+    for the quality stage), and the encoding at the chosen CRF."""
+    name = str(p["name"])
+    search = crf_search(
+        ctx,
+        src,
+        name=name,
+        encoding=encoding,
+        size=(int(p["width"]), int(p["height"])),
+        source_size=(int(p["source_width"]), int(p["source_height"])),
+        duration=float(p["duration"]),
+        fps=p.get("fps"),
+        target_vmaf=float(p["target_vmaf"]),
+        throttle=throttle,
+    )
+    final.with_name(f"{name}.search.json").write_text(json.dumps(search, sort_keys=True))
+    return replace(encoding, crf=int(search["chosen_crf"])), search
+
+
 @stage("transcode.rendition")
 def transcode_rendition(ctx: StageContext) -> dict:
     p = ctx.payload
@@ -308,50 +346,28 @@ def transcode_rendition(ctx: StageContext) -> dict:
     final = Path(ctx.workspace) / RENDITIONS_DIR / f"{name}.mp4"
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)
-    encoder = encoder_of(p)
-    kbps = int(p["video_bitrate_kbps"])
-    size = (int(p["width"]), int(p["height"]))
-    try:
-        encoding = commands.VideoEncoding(
-            encoder,
-            p.get("preset", "veryfast"),
-            int(p.get("crf", 23)),
-            kbps,
-            2 * kbps,
-            float(p["segment_seconds"]),
-        )
-    except ValueError as exc:
-        raise PermanentFailure(str(exc)) from None
-    ctx.log(f"rendition {name}: codec {encoding.codec}, encoder {encoder}")
+    encoding = _rendition_encoding(p)
+    ctx.log(f"rendition {name}: codec {encoding.codec}, encoder {encoding.encoder}")
     throttle = throttle_for(ctx)
     search = None
     if p.get("target_vmaf") is not None:
-        search = crf_search(
-            ctx,
-            src,
-            name=name,
-            encoding=encoding,
-            size=size,
-            source_size=(int(p["source_width"]), int(p["source_height"])),
-            duration=float(p["duration"]),
-            fps=p.get("fps"),
-            target_vmaf=float(p["target_vmaf"]),
-            throttle=throttle.span(0.0, 40.0),
-        )
-        encoding = replace(encoding, crf=int(search["chosen_crf"]))
-        search_file = final.with_name(f"{name}.search.json")
-        search_file.write_text(json.dumps(search, sort_keys=True))
+        encoding, search = _searched_encoding(ctx, p, src, final, encoding, throttle.span(0.0, 40.0))
+    size = (int(p["width"]), int(p["height"]))
     argv = commands.encode_video(
         src, partial, encoding=encoding, audio_kbps=int(p.get("audio_bitrate_kbps", 128)), size=size
     )
     span = throttle.span(40.0, 100.0) if search is not None else throttle
     # This rung's run may also write the reference sample: it decodes the whole source anyway.
-    sample = p.get("reference_sample") if is_software(encoder) else None
+    sample = p.get("reference_sample") if is_software(encoding.encoder) else None
     run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=span, what=f"rendition {name}")
     os.replace(partial, final)
+    return _rendition_result(ctx, name, final, encoding, search)
+
+
+def _rendition_result(ctx: StageContext, name: str, final: Path, encoding, search: dict | None) -> dict:
     info = probe(final)
     ctx.log(
-        f"rendition {name}: {info.width}x{info.height} {encoding.codec} ({encoder}, crf {encoding.crf}), "
+        f"rendition {name}: {info.width}x{info.height} {encoding.codec} ({encoding.encoder}, crf {encoding.crf}), "
         f"{info.bitrate} bit/s, {final.stat().st_size} bytes"
     )
     return {
@@ -360,7 +376,7 @@ def transcode_rendition(ctx: StageContext) -> dict:
         "height": info.height,
         "bitrate": info.bitrate,
         "codec": encoding.codec,
-        "encoder": encoder,
+        "encoder": encoding.encoder,
         "crf": encoding.crf,
         "file": workspace_rel(ctx, final),
         **({"search": search} if search is not None else {}),
