@@ -32,11 +32,11 @@ FULL = {"size": "1920x1080", "seconds": 150, "ladder": [1080, 720, 480], "chunk_
 QUICK = {"size": "640x360", "seconds": 24, "ladder": [360, 240, 144], "chunk_seconds": 4}
 SMOKE = {"size": "320x180", "seconds": 8, "ladder": [180, 144], "chunk_seconds": 2}  # tests only
 SHAPES = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
-SCENES = (  # (lavfi source, filters) per scene: moving test pattern, rotating, animated gradients, life
+SCENES = (  # (lavfi source, filters) per scene: moving pattern, rotating, gradients, recoloured pattern
     ("testsrc2=size={size}:rate=25", ""),
     ("testsrc=size={size}:rate=25", ",rotate=a=0.4*t:fillcolor=black"),
     ("gradients=size={size}:rate=25:speed=0.08:n=5", ""),
-    ("life=size={size}:rate=25:mold=10:ratio=0.5:death_color=#205080:life_color=#f0c040", ""),
+    ("testsrc2=size={size}:rate=25", ",hue=H=2*PI*t/6:s=1.5,negate"),
 )
 BUSY_GROUPS = {
     "transcode": "planning",
@@ -221,7 +221,14 @@ def measure(url: str, workdir: Path, media_root: Path, *, shape: str = "full", l
     cores = len(os.sched_getaffinity(0))
     counts = sorted({1, min(2, cores), cores})
     ladder = [{"height": h} for h in shape["ladder"]]
-    base = {"ladder": ladder, "quality_metrics": ["vmaf"], "chunk_seconds": shape["chunk_seconds"]}
+    # Every frame scored (vmaf_subsample 1): subsampled, the split and the unsplit run would score
+    # different frames (each chunk restarts the pattern), and their means would differ by that alone.
+    base = {
+        "ladder": ladder,
+        "quality_metrics": ["vmaf"],
+        "vmaf_subsample": 1,
+        "chunk_seconds": shape["chunk_seconds"],
+    }
     timeout = shape["seconds"] * 60 + 600
     unsplit = one_run(url, workdir, rel, 1, {**base, "split": "off"}, timeout, log)
     runs = []

@@ -170,6 +170,14 @@ def reassignments() -> dict[str, int]:
     return {cause: counted.get(cause, 0) for cause in REASSIGNMENT_CAUSES} | counted
 
 
+def split_counts() -> dict[str, dict[str, int]]:
+    """{"chunks": {state: n}, "chunks_ended_24h": {state: n}, "stitch_failures_24h": {reason: n}}."""
+    out: dict[str, dict[str, int]] = {"chunks": {}, "chunks_ended_24h": {}, "stitch_failures_24h": {}}
+    for row in _rows("split_counts", {}):
+        out[row["what"]][row["state"]] = int(row["n"])
+    return out
+
+
 def claim_latency_histogram(buckets: list[float]) -> dict[str, Any]:
     row = _rows("claim_latency_histogram", {"buckets": [float(b) for b in buckets]})[0]
     row["buckets"] = list(row["buckets"] or [0] * len(buckets))

@@ -237,6 +237,26 @@ SELECT r.key AS cause, r.value::bigint AS n
   FROM queue_scheduler_state st, jsonb_each_text(st.reassignments) r
  WHERE st.id = 1;
 
+-- name: split_counts
+-- Split transcodes for /metrics: unfinished chunks by state; chunks that ended in the last 24 hours
+-- by state (the finished-at index); chunks the stitches of the last 24 hours sent back for a wrong
+-- frame count, and stitch attempts that failed.
+SELECT 'chunks' AS what, state, count(*) AS n
+  FROM queue_tasks WHERE task_type = 'transcode.chunk' AND state IN ('pending', 'running', 'retry_wait', 'blocked')
+ GROUP BY state
+UNION ALL
+SELECT 'chunks_ended_24h', state, count(*)
+  FROM queue_tasks WHERE finished_at > now() - interval '24 hours' AND task_type = 'transcode.chunk'
+ GROUP BY state
+UNION ALL
+SELECT 'stitch_failures_24h', 'chunk_mismatch', coalesce(sum(jsonb_array_length(result -> 'redo')), 0)
+  FROM queue_tasks WHERE finished_at > now() - interval '24 hours' AND task_type = 'transcode.stitch'
+   AND jsonb_typeof(result -> 'redo') = 'array'
+UNION ALL
+SELECT 'stitch_failures_24h', 'stitch_failed', count(*)
+  FROM queue_tasks WHERE finished_at > now() - interval '24 hours' AND task_type = 'transcode.stitch'
+   AND state = 'failed';
+
 -- name: claim_latency_histogram
 -- Cumulative bucket counts of (claim time - time the task became runnable) for tasks claimed in
 -- the last five minutes: running ones and ones that have finished since (both reachable through

@@ -48,6 +48,20 @@ def submit(rel: str, **params) -> uuid.UUID:
     return create_job(None, {"type": "transcode", "params": {**body, **params}}).id
 
 
+def metric_samples() -> dict[tuple[str, str], float]:
+    """/metrics' split series: {(name, its one label's value): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from api.metrics import render
+
+    out = {}
+    for family in text_string_to_metric_families(render()[0].decode()):
+        for sample in family.samples:
+            if sample.name.startswith("jetencode_split_"):
+                out[(sample.name, next(iter(sample.labels.values())))] = sample.value
+    return out
+
+
 def tasks_of(job, task_type: str) -> list[tuple]:
     return sql(
         "SELECT id, state, attempt, claimed_by, placement, (payload -> 'chunk' ->> 'index')::int "
@@ -244,6 +258,11 @@ def test_a_tampered_chunk_is_redone_and_never_stitched(start_worker, roots, spli
     assert first["redo"] == [2] and "30 frames" in first["mismatches"]["2"][0]
     assert len(stitches) == 2
     assert_exact_outputs(roots, job)
+    # /metrics counts the chunks and the stitch failure.
+    samples = metric_samples()
+    assert samples[("jetencode_split_stitch_failures_24h", "chunk_mismatch")] == 1
+    assert samples[("jetencode_split_chunks_ended_24h", "completed")] == 5
+    assert samples[("jetencode_split_chunks", "running")] == 0
 
 
 def test_cancelling_a_split_job_leaves_no_scratch_files(start_worker, roots, slow_clip):
