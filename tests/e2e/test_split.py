@@ -338,7 +338,7 @@ def test_target_vmaf_searches_each_chunks_own_crf(start_worker, roots, split_cli
 
 
 def test_operator_controls_apply_to_every_chunk_and_the_queue_shows_the_job_once(
-    start_worker, roots, slow_clip
+    start_worker, roots, slow_clip, viewer_client
 ):
     workers = [start_worker(uid, "--concurrency", "1", env=SCRATCH_ENV) for uid in ("op-a", "op-b")]
     rel = roots.add(slow_clip, "src/slow.mp4")
@@ -372,3 +372,7 @@ def test_operator_controls_apply_to_every_chunk_and_the_queue_shows_the_job_once
     assert all(
         c["state"] == "completed" and c["seconds"] is not None for r in grid["rows"] for c in r["cells"]
     )
+    # The job page shows the chunk x rendition grid.
+    page = viewer_client.get(f"/dashboard/jobs/{job}").content.decode()
+    assert "data-split-grid" in page and page.count("<tr data-chunk=") == 4
+    assert page.count('data-cell="') == 8 and "op-a" in page
