@@ -238,7 +238,8 @@ class QualityOptions(Params):
 # --- the split (issue 33) ---------------------------------------------------------------------
 
 SplitMode = Literal["off", "chunks", "auto"]
-SPLIT_TYPES = ("transcode", "reencode_streaming")
+SPLIT_TYPES = ("transcode", "reencode_streaming")  # take `split` and `chunk_seconds`
+SPLIT_NOT_YET = ("reencode_streaming",)  # ... but encode unsplit for now: "chunks" is refused
 
 
 class SplitOptions(Params):

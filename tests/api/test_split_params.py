@@ -44,11 +44,22 @@ def test_out_of_range_split_params_are_422_naming_the_field(operator_api, source
     assert fields_of(response) == [field]
 
 
-@pytest.mark.parametrize("job_type", ["compile_gif", "thumbnail_generate", "scene_extract"])
+@pytest.mark.parametrize(
+    "job_type", ["compile_gif", "thumbnail_generate", "scene_extract", "reencode_streaming"]
+)
 def test_split_on_a_type_that_cannot_split_is_422_naming_split(operator_api, source, job_type):
-    response = operator_api.post("/v2/jobs", {"type": job_type, "params": {"input": source, "split": "chunks"}})
+    response = operator_api.post(
+        "/v2/jobs", {"type": job_type, "params": {"input": source, "split": "chunks"}}
+    )
     assert fields_of(response) == ["params.split"]
     assert "cannot split" in response.json()["errors"][0]["message"]
+
+
+def test_reencode_streaming_takes_the_split_params_but_encodes_unsplit(operator_api, source):
+    params = {"input": source, "split": "auto", "chunk_seconds": 10}
+    response = operator_api.post("/v2/jobs", {"type": "reencode_streaming", "params": params})
+    assert response.status_code == 201, response.content
+    assert response.json()["params"]["chunk_seconds"] == 10.0
 
 
 def test_the_defaults_are_auto_and_thirty_seconds_and_an_unsplit_job_shows_split_null(operator_api, source):

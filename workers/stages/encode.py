@@ -16,6 +16,8 @@ import re
 import shutil
 from pathlib import Path
 
+from django.conf import settings
+
 from media import commands, quality
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
@@ -49,6 +51,8 @@ def reencode_streaming(ctx: StageContext) -> dict:
     source = resolve_source(params)
     staged = stage_input(ctx, source.path)
     info = probe_media(staged)
+    if params.split == "auto" and info.duration_seconds >= float(settings.SPLIT_MIN_SECONDS):
+        ctx.log("split: auto, but reencode_streaming encodes unsplit for now (transcode splits)")
     choice = choose_resource(ctx)
     size = None
     short = min(info.width, info.height)
