@@ -376,3 +376,33 @@ def test_operator_controls_apply_to_every_chunk_and_the_queue_shows_the_job_once
     page = viewer_client.get(f"/dashboard/jobs/{job}").content.decode()
     assert "data-split-grid" in page and page.count("<tr data-chunk=") == 4
     assert page.count('data-cell="') == 8 and "op-a" in page
+
+
+def test_evacuating_a_worker_moves_its_chunk_at_once(start_worker, roots, slow_clip):
+    workers = {uid: start_worker(uid, "--concurrency", "1", env=SCRATCH_ENV) for uid in ("evac-a", "evac-b")}
+    rel = roots.add(slow_clip, "src/slow.mp4")
+    job = submit(rel, ladder=[{"height": 360}, {"height": 180}], **SLOW)
+    task, index, leaving = wait_for(
+        lambda: running_chunk(job, roots), 90, "a chunk to be encoding", workers=list(workers.values())
+    )
+    repository.evacuate_worker(leaving)
+    (staying,) = [uid for uid in workers if uid != leaving]
+
+    def moved():
+        state, worker = sql("SELECT state, claimed_by FROM queue_tasks WHERE id = %s", [task])[0]
+        return state in ("running", "completed") and worker == staying
+
+    wait_for(moved, 15, "the chunk to move to the other worker", workers=list(workers.values()))
+    wait_for(
+        lambda: job_status(job) in ("completed", "failed"), 200, "the job to end", workers=[workers[staying]]
+    )
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    reasons = sql(
+        "SELECT reason FROM queue_fence_audit WHERE task_id = %s AND operation = 'release' AND accepted",
+        [task],
+    )
+    assert reasons == [(f"worker {leaving} evacuated",)]
+    assert one("SELECT execution_id FROM job_schedule WHERE job_id = %s", [job]) == 1
+    for rung in ("360p", "180p"):
+        frames, _ = video_packets(roots.job_outputs(job) / "renditions" / f"{rung}.mp4")
+        assert frames == 16 * FPS

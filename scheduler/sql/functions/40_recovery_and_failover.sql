@@ -343,6 +343,44 @@ $$;
 -- Evacuate: drain the worker (unless it is offline already) and move every job pinned to it now,
 -- running stages included (they are fenced out and redone in the new execution). JE404 for an
 -- unknown worker, JE409 for an offline one with nothing to move. Returns how many jobs moved.
+-- The running stages of split jobs (placement cluster, not webhooks) on worker p_uid go back to
+-- pending at once, without using up an attempt (as a release on SIGTERM): their leases are cleared,
+-- so the worker's next heartbeat or progress write is refused and it kills their FFmpeg, and any
+-- other worker claims them. A job row busy right now is skipped (SKIP LOCKED). Returns how many.
+CREATE OR REPLACE FUNCTION hand_back_cluster_tasks_v1(p_uid text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+  c record;
+  s job_schedule%ROWTYPE;
+  t queue_tasks%ROWTYPE;
+  token uuid;
+  moved int := 0;
+BEGIN
+  FOR c IN
+    SELECT q.id, q.job_id FROM queue_tasks q
+     WHERE q.claimed_worker_session_id = (SELECT w.current_session_id FROM queue_workers w WHERE w.uid = p_uid)
+       AND q.state = 'running' AND q.placement = 'cluster' AND q.task_type <> 'webhook'
+  LOOP
+    SELECT * INTO s FROM job_schedule js WHERE js.job_id = c.job_id FOR NO KEY UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    SELECT * INTO t FROM queue_tasks q WHERE q.id = c.id AND q.state = 'running' FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    token := t.lease_token;
+    UPDATE queue_tasks q SET state = 'pending', attempt = greatest(q.attempt - 1, 0), available_at = now(),
+                             lease_token = NULL, lease_expires_at = NULL, deadline_at = NULL, progress = 0
+     WHERE q.id = t.id RETURNING q.* INTO t;
+    PERFORM audit_v1(t, 'release', true, 'worker ' || p_uid || ' evacuated', token, p_uid, t.claimed_worker_session_id);
+    PERFORM refresh_job_v1(t.job_id, t.task_type || ' moved off ' || p_uid || ': the worker is being evacuated');
+    moved := moved + 1;
+  END LOOP;
+  IF moved > 0 THEN
+    PERFORM pg_notify('jetencode_queue_tasks', 'media');
+    PERFORM pg_notify('jetencode_queue_tasks', 'background');
+  END IF;
+  RETURN moved;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION evacuate_worker_v2(p_uid text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -357,6 +395,8 @@ BEGIN
     UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = p_uid;
   END IF;
   moved := release_worker_jobs_v2(p_uid, 'evacuated', true);
+  -- A split job is pinned to no worker: its stages running here are handed back one by one.
+  moved := moved + hand_back_cluster_tasks_v1(p_uid);
   IF current = 'offline' AND moved = 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'worker ' || p_uid || ' is offline and holds no jobs to move';
   END IF;

@@ -5,7 +5,8 @@
 -- transcode's stages are `cluster` (any worker) and count for the job's status, progress, failures,
 -- cancel and retry. A dispatch whose children are all `cluster` leaves the job in the pending group
 -- (no local work, DECISIONS 19), and its finish wakes one free worker per stage. A split job's
--- progress may go down when a chunk restarts.
+-- progress may go down when a chunk restarts. Evacuating a worker hands its running split-job stages
+-- back at once (hand_back_cluster_tasks_v1).
 
 CREATE OR REPLACE FUNCTION retry_or_fail_v1(t queue_tasks, p_cancelled boolean, p_retryable boolean,
                                             p_failure text) RETURNS queue_tasks
@@ -644,6 +645,63 @@ BEGIN
     RETURN s.execution_id;
   END IF;
   RETURN redispatch_job_v2(p_job, p_cause, why, 0);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION hand_back_cluster_tasks_v1(p_uid text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+  c record;
+  s job_schedule%ROWTYPE;
+  t queue_tasks%ROWTYPE;
+  token uuid;
+  moved int := 0;
+BEGIN
+  FOR c IN
+    SELECT q.id, q.job_id FROM queue_tasks q
+     WHERE q.claimed_worker_session_id = (SELECT w.current_session_id FROM queue_workers w WHERE w.uid = p_uid)
+       AND q.state = 'running' AND q.placement = 'cluster' AND q.task_type <> 'webhook'
+  LOOP
+    SELECT * INTO s FROM job_schedule js WHERE js.job_id = c.job_id FOR NO KEY UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    SELECT * INTO t FROM queue_tasks q WHERE q.id = c.id AND q.state = 'running' FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    token := t.lease_token;
+    UPDATE queue_tasks q SET state = 'pending', attempt = greatest(q.attempt - 1, 0), available_at = now(),
+                             lease_token = NULL, lease_expires_at = NULL, deadline_at = NULL, progress = 0
+     WHERE q.id = t.id RETURNING q.* INTO t;
+    PERFORM audit_v1(t, 'release', true, 'worker ' || p_uid || ' evacuated', token, p_uid, t.claimed_worker_session_id);
+    PERFORM refresh_job_v1(t.job_id, t.task_type || ' moved off ' || p_uid || ': the worker is being evacuated');
+    moved := moved + 1;
+  END LOOP;
+  IF moved > 0 THEN
+    PERFORM pg_notify('jetencode_queue_tasks', 'media');
+    PERFORM pg_notify('jetencode_queue_tasks', 'background');
+  END IF;
+  RETURN moved;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION evacuate_worker_v2(p_uid text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+  current text;
+  moved int;
+BEGIN
+  SELECT lifecycle INTO current FROM queue_workers WHERE uid = p_uid FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'worker not found';
+  END IF;
+  IF current <> 'offline' THEN
+    UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = p_uid;
+  END IF;
+  moved := release_worker_jobs_v2(p_uid, 'evacuated', true);
+  -- A split job is pinned to no worker: its stages running here are handed back one by one.
+  moved := moved + hand_back_cluster_tasks_v1(p_uid);
+  IF current = 'offline' AND moved = 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'worker ' || p_uid || ' is offline and holds no jobs to move';
+  END IF;
+  RETURN moved;
 END
 $$;
 
