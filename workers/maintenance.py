@@ -181,7 +181,7 @@ class Maintenance(threading.Thread):
 
     def sweep_scratch(self) -> None:
         """The shared scratch of split jobs: every worker sweeps it (removing twice is harmless)."""
-        removed = workspaces.sweep(scratch.scratch_root(), float(settings.SCRATCH_GRACE_SECONDS))
+        removed = scratch.sweep(float(settings.SCRATCH_GRACE_SECONDS))
         if removed:
             log.info(
                 "scratch: removed %s director%s of ended, purged or superseded jobs",

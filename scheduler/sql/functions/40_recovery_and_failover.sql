@@ -340,9 +340,6 @@ BEGIN
 END
 $$;
 
--- Evacuate: drain the worker (unless it is offline already) and move every job pinned to it now,
--- running stages included (they are fenced out and redone in the new execution). JE404 for an
--- unknown worker, JE409 for an offline one with nothing to move. Returns how many jobs moved.
 -- The running stages of split jobs (placement cluster, not webhooks) on worker p_uid go back to
 -- pending at once, without using up an attempt (as a release on SIGTERM): their leases are cleared,
 -- so the worker's next heartbeat or progress write is refused and it kills their FFmpeg, and any
@@ -381,6 +378,10 @@ BEGIN
 END
 $$;
 
+-- Evacuate: drain the worker (unless it is offline already) and move every job pinned to it now,
+-- running stages included (they are fenced out and redone in the new execution). JE404 for an
+-- unknown worker, JE409 for an offline one with nothing to move. Returns how many jobs moved, plus the split-job stages it
+-- handed back (hand_back_cluster_tasks_v1).
 CREATE OR REPLACE FUNCTION evacuate_worker_v2(p_uid text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
