@@ -406,3 +406,63 @@ def test_evacuating_a_worker_moves_its_chunk_at_once(start_worker, roots, slow_c
     for rung in ("360p", "180p"):
         frames, _ = video_packets(roots.job_outputs(job) / "renditions" / f"{rung}.mp4")
         assert frames == 16 * FPS
+
+
+# ---- the S3 scratch --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3(monkeypatch, settings):
+    """moto's S3 server, a bucket, and this process's settings pointed at it; the workers' env."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    creds = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in creds.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"jet-{uuid.uuid4().hex[:8]}"
+    client = boto3.client("s3", endpoint_url=endpoint)
+    client.create_bucket(Bucket=bucket)
+    env = {**creds, "JETENCODE_S3_BUCKET": bucket, "JETENCODE_S3_ENDPOINT_URL": endpoint}
+    yield client, bucket, env
+    server.stop()
+
+
+def keys(client, bucket: str, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+def test_with_s3_the_scratch_is_a_bucket_prefix(start_worker, roots, split_clip, s3):
+    client, bucket, env = s3
+    workers = [
+        start_worker(uid, "--concurrency", "2", env={**SCRATCH_ENV, **env}) for uid in ("s3-a", "s3-b")
+    ]
+    rel = roots.add(split_clip, "src/split.mp4")
+    job = submit(rel, quality_metrics=["vmaf"], vmaf_subsample=2)
+    seen: set[str] = set()
+
+    def ended():
+        seen.update(keys(client, bucket, f"scratch/{job}/"))
+        return job_status(job) in ("completed", "failed")
+
+    wait_for(ended, 180, "the job to end", workers=workers)
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    # Chunks, audio and stitched renditions went through the bucket, under their attempt's name.
+    assert [k for k in seen if "/chunks/" in k and k.endswith("/180p.mp4")], sorted(seen)[:20]
+    assert [k for k in seen if "/stitch/" in k] and [k for k in seen if "/audio/" in k]
+    assert not any(p.is_file() for p in roots.scratch.rglob("*")), "nothing in the shared directory"
+    outputs = keys(client, bucket, f"outputs/{job}/")
+    assert f"outputs/{job}/renditions/180p.mp4" in outputs and f"outputs/{job}/quality.json" in outputs
+    local = roots.outputs / "check.mp4"
+    client.download_file(bucket, f"outputs/{job}/renditions/180p.mp4", str(local))
+    frames, _ = video_packets(local)
+    assert frames == FRAMES and clean_decode(local) == ""
+    # The sweep removes the job's scratch keys once it has ended.
+    wait_for(
+        lambda: not keys(client, bucket, f"scratch/{job}/"), 30, "the S3 scratch to be swept", workers=workers
+    )
