@@ -239,7 +239,7 @@ class QualityOptions(Params):
 
 SplitMode = Literal["off", "chunks", "auto"]
 SPLIT_TYPES = ("transcode", "reencode_streaming")  # take `split` and `chunk_seconds`
-SPLIT_NOT_YET = ("reencode_streaming",)  # ... but encode unsplit for now: "chunks" is refused
+SPLIT_NOT_YET: tuple[str, ...] = ()  # types that take the params but cannot split yet ("chunks": 422)
 
 
 class SplitOptions(Params):

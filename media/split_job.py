@@ -29,21 +29,37 @@ def job_split(job_id, execution_id: int | None = None) -> dict[str, Any] | None:
     if execution_id is None:
         return None
     result = (
-        QueueTask.objects.filter(job_id=job_id, execution_id=execution_id, placement="dispatch", state="completed")
+        QueueTask.objects.filter(
+            job_id=job_id, execution_id=execution_id, placement="dispatch", state="completed"
+        )
         .values_list("result", flat=True)
         .first()
     )
     split = result.get("split") if isinstance(result, dict) else None
     if not isinstance(split, dict):
         return None
-    return {"mode": split.get("mode"), "reason": split.get("reason"), "chunks": list(split.get("chunks") or [])}
+    return {
+        "mode": split.get("mode"),
+        "reason": split.get("reason"),
+        "chunks": list(split.get("chunks") or []),
+    }
 
 
 def _chunks(job_id, execution_id: int, task_type: str) -> list[dict[str, Any]]:
     return list(
         QueueTask.objects.filter(job_id=job_id, execution_id=execution_id, task_type=task_type)
         .order_by("id")
-        .values("id", "state", "attempt", "claimed_by", "started_at", "finished_at", "payload", "result", "last_failure")
+        .values(
+            "id",
+            "state",
+            "attempt",
+            "claimed_by",
+            "started_at",
+            "finished_at",
+            "payload",
+            "result",
+            "last_failure",
+        )
     )
 
 
@@ -90,6 +106,11 @@ def chunk_grid(job_id, execution_id: int | None = None) -> dict[str, Any] | None
     rows = []
     for index in sorted(latest):
         row = latest[index]
-        cell = {"worker": row["claimed_by"], "state": row["state"], "seconds": _seconds(row), "attempt": row["attempt"]}
+        cell = {
+            "worker": row["claimed_by"],
+            "state": row["state"],
+            "seconds": _seconds(row),
+            "attempt": row["attempt"],
+        }
         rows.append({"index": index, "cells": [{**cell, "vmaf": vmaf.get(index, {}).get(n)} for n in names]})
     return {"renditions": names, "rows": rows}

@@ -53,22 +53,3 @@ def test_split_on_a_type_that_cannot_split_is_422_naming_split(operator_api, sou
     )
     assert fields_of(response) == ["params.split"]
     assert "cannot split" in response.json()["errors"][0]["message"]
-
-
-def test_reencode_streaming_takes_the_split_params_but_encodes_unsplit(operator_api, source):
-    params = {"input": source, "split": "auto", "chunk_seconds": 10}
-    response = operator_api.post("/v2/jobs", {"type": "reencode_streaming", "params": params})
-    assert response.status_code == 201, response.content
-    assert response.json()["params"]["chunk_seconds"] == 10.0
-
-
-def test_the_defaults_are_auto_and_thirty_seconds_and_an_unsplit_job_shows_split_null(operator_api, source):
-    response = operator_api.post("/v2/jobs", {"type": "transcode", "params": {"input": source}})
-    assert response.status_code == 201, response.content
-    job = response.json()
-    assert (job["params"]["split"], job["params"]["chunk_seconds"]) == ("auto", 30.0)
-    assert job["split"] is None and job["progress_note"] is None
-    accepted = operator_api.post(
-        "/v2/jobs", {"type": "transcode", "params": {"input": source, "split": "chunks", "chunk_seconds": 2}}
-    )
-    assert accepted.status_code == 201, accepted.content

@@ -466,3 +466,37 @@ def test_with_s3_the_scratch_is_a_bucket_prefix(start_worker, roots, split_clip,
     wait_for(
         lambda: not keys(client, bucket, f"scratch/{job}/"), 30, "the S3 scratch to be swept", workers=workers
     )
+
+
+# ---- reencode_streaming --------------------------------------------------------------------------
+
+
+def test_a_split_reencode_is_published_once_and_registered_in_the_library(start_worker, roots, split_clip):
+    from media.models import MediaAsset
+
+    workers = [start_worker(uid, "--concurrency", "2", env=SCRATCH_ENV) for uid in ("re-a", "re-b")]
+    rel = roots.add(split_clip, "src/split.mp4")
+    params = {
+        "input": rel,
+        "split": "chunks",
+        "chunk_seconds": 2,
+        "quality_metrics": ["vmaf"],
+        "max_height": 144,
+    }
+    job = create_job(None, {"type": "reencode_streaming", "params": params}).id
+    wait_for(lambda: job_status(job) in ("completed", "failed"), 180, "the job to end", workers=workers)
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    assert len(tasks_of(job, "transcode.chunk")) == 4
+    placements = dict(sql("SELECT task_type, placement FROM queue_tasks WHERE job_id = %s", [job]))
+    assert placements.pop("reencode_streaming") == "dispatch" and set(placements.values()) == {"cluster"}
+    assert "reencode_streaming.encode" not in placements
+    names = sorted(JobOutput.objects.filter(job_id=job).values_list("name", flat=True))
+    assert names == ["quality.json", "split.mp4"]
+    out = roots.job_outputs(job) / "split.mp4"
+    frames, _ = video_packets(out)
+    assert frames == FRAMES and clean_decode(out) == ""
+    asset = MediaAsset.objects.get(source_job_id=job)
+    assert (roots.media / asset.path).stat().st_size == out.stat().st_size
+    (entry,) = job_quality_document(job)["renditions"]
+    assert entry["name"] == "split" and [s["index"] for s in entry["seams"]] == [1, 2, 3]
+    assert one("SELECT progress FROM jobs WHERE id = %s", [job]) == 100

@@ -13,6 +13,7 @@ from workers.stages import (  # noqa: F401
     quality,
     split,
     split_quality,
+    split_reencode,
     split_stitch,
     transcode,
     webhook,

@@ -119,18 +119,9 @@ def _chunk_child(
 def spawn_split(
     ctx: StageContext, params: TranscodeParams, source_rel: str, info: MediaInfo, plan, placed
 ) -> None:
-    """The dispatch's children in split mode: chunks, audio, thumbnail and the stitch (all cluster).
+    """A split transcode's children: chunks, audio, the thumbnail and the stitch (all cluster).
     `placed`: (rung payload, resource) per rung, largest first."""
-    rungs = [payload for payload, _choice in placed]
-    # One run per chunk encodes every rung: its category is the most demanding rung's.
-    choice = next((c for _p, c in placed if c.use_gpu), placed[0][1])
-    state = plan.to_state()
-    for chunk in state["chunks"]:
-        ctx.spawn_child(_chunk_child(source_rel, info, state, chunk, rungs, params.target_vmaf, choice))
     duration = info.duration_seconds
-    if info.has_audio:
-        audio = {"source": source_rel, "audio_bitrate_kbps": params.audio_bitrate_kbps, "duration": duration}
-        ctx.spawn_child(cluster(child("transcode.audio", audio, duration=duration)))
     at = params.thumbnail_at if params.thumbnail_at is not None else duration * 0.25
     thumb = {
         "source": source_rel,
@@ -138,18 +129,39 @@ def spawn_split(
         "width": params.thumbnail_width,
     }
     ctx.spawn_child(cluster(child("transcode.thumbnail", thumb, duration=duration)))
-    stitch = {
-        "renditions": rungs,
-        "plan": state,
-        "round": 0,
-        "next": _after_stitch(params, source_rel, info, rungs),
-        "duration": duration,
-    }
-    ctx.spawn_child(
-        cluster(
-            child("transcode.stitch", stitch, pool="background", duration=duration, wait_for_siblings=True)
+    rungs = [payload for payload, _choice in placed]
+    spawn_chunks(ctx, params, source_rel, info, plan, placed, _after_stitch(params, source_rel, info, rungs))
+
+
+def spawn_chunks(
+    ctx: StageContext, params, source_rel: str, info: MediaInfo, plan, placed, after: dict
+) -> None:
+    """Chunks, audio and the stitch that waits for them (and for the caller's other children);
+    `after`: what the stitch hands on. `after["progress"]`, if any: {task type: the job type's
+    progress group it counts in} (scheduler/sql/functions/15_progress.sql)."""
+    rungs = [payload for payload, _choice in placed]
+    # One run per chunk encodes every rung: its category is the most demanding rung's.
+    choice = next((c for _p, c in placed if c.use_gpu), placed[0][1])
+    groups = after.get("progress") or {}
+    state = plan.to_state()
+    for chunk in state["chunks"]:
+        spec = _chunk_child(
+            source_rel, info, state, chunk, rungs, getattr(params, "target_vmaf", None), choice
         )
-    )
+        ctx.spawn_child(grouped(spec, groups))
+    duration = info.duration_seconds
+    if info.has_audio:
+        audio = {"source": source_rel, "audio_bitrate_kbps": params.audio_bitrate_kbps, "duration": duration}
+        ctx.spawn_child(grouped(cluster(child("transcode.audio", audio, duration=duration)), groups))
+    stitch = {"renditions": rungs, "plan": state, "round": 0, "next": after, "duration": duration}
+    spec = child("transcode.stitch", stitch, pool="background", duration=duration, wait_for_siblings=True)
+    ctx.spawn_child(cluster(spec))
+
+
+def grouped(spec: ChildSpec, groups: dict[str, str]) -> ChildSpec:
+    """`spec` with the progress group its job type counts it in, when `groups` names one."""
+    group = groups.get(spec.task_type)
+    return replace(spec, payload={**spec.payload, "progress_group": group}) if group else spec
 
 
 def _after_stitch(params: TranscodeParams, source_rel: str, info: MediaInfo, rungs: list[dict]) -> dict:

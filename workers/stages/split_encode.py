@@ -51,7 +51,7 @@ def rung_encoding(rung: dict) -> commands.VideoEncoding:
             int(rung.get("crf", 23)),
             kbps,
             2 * kbps,
-            float(rung["segment_seconds"]),
+            float(rung["segment_seconds"]) if rung.get("segment_seconds") else None,
         )
     except ValueError as exc:
         raise PermanentFailure(str(exc)) from None

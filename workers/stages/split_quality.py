@@ -26,6 +26,7 @@ from workers import scratch
 from workers.stages.base import ChildSpec, PermanentFailure, StageContext, stage
 from workers.stages.common import child, run_ffmpeg
 from workers.stages.quality import QUALITY_JSON
+from workers.stages.split import grouped
 from workers.stages.split_encode import local_plan, media_source
 from workers.stages.split_results import latest_results
 
@@ -51,19 +52,23 @@ def quality_children(p: dict, after: dict, artifacts: dict, results: dict[int, d
         }
         specs.append(child("transcode.chunk_quality", payload, duration=seconds))
     pooling = {
-        **{k: after[k] for k in ("metrics", "min_vmaf", "target_vmaf", "n_subsample", "package")},
+        **{
+            k: after.get(k)
+            for k in ("metrics", "min_vmaf", "target_vmaf", "n_subsample", "package", "publish")
+        },
         "renditions": p["renditions"],
         "chunks": p["plan"]["chunks"],
         "artifacts": artifacts,
         "chunk_crf": {str(i): r.get("crf") for i, r in results.items()},
         "chunk_search": {str(i): r.get("search") for i, r in results.items() if r.get("search")},
-        "duration": after["package"]["duration"],
+        "duration": (after.get("package") or after.get("publish"))["duration"],
     }
-    specs.append(
-        replace(
-            child("transcode.split_quality", pooling, duration=pooling["duration"]), wait_for_siblings=True
-        )
+    groups = after.get("progress") or {}
+    specs = [grouped(spec, groups) for spec in specs]
+    pooled = replace(
+        child("transcode.split_quality", pooling, duration=pooling["duration"]), wait_for_siblings=True
     )
+    specs.append(grouped(pooled, groups))
     return specs
 
 
@@ -213,12 +218,18 @@ def transcode_split_quality(ctx: StageContext) -> dict:
     out = scratch.attempt_dir(ctx, "quality-doc") / QUALITY_JSON
     out.write_text(json.dumps(document, indent=2, sort_keys=True))
     artifacts = {**p["artifacts"], "quality": scratch.rel(ctx, out)}
-    package = {**p["package"], "artifacts": artifacts}
-    scratch.ScratchView(ctx).spawn_child(
-        child("transcode.package", package, pool="background", duration=package.get("duration"))
-    )
+    scratch.ScratchView(ctx).spawn_child(next_stage(p, artifacts))
     ctx.progress(100.0)
     return {"quality": document}
+
+
+def next_stage(after: dict, artifacts: dict) -> ChildSpec:
+    """What follows the stitch (or the pooling): transcode.package, or reencode_streaming.publish."""
+    if after.get("publish"):
+        publish = {**after["publish"], "artifacts": artifacts}
+        return child("reencode_streaming.publish", publish, duration=publish.get("duration"))
+    package = {**after["package"], "artifacts": artifacts}
+    return child("transcode.package", package, pool="background", duration=package.get("duration"))
 
 
 def per_shot_summary(p: dict, entries: list[dict]) -> dict:

@@ -148,16 +148,14 @@ def transcode_stitch(ctx: StageContext) -> dict:
 
 
 def hand_on(ctx: StageContext, p: dict, artifacts: dict[str, Any], results: dict[int, dict]) -> None:
-    """Measuring per chunk (then pooling) when asked, else packaging straight away."""
-    from workers.stages.split_quality import quality_children
+    """Measuring per chunk (then pooling) when asked, else what comes next straight away: packaging
+    (transcode) or publishing (reencode_streaming)."""
+    from workers.stages.split_quality import next_stage, quality_children
 
     after = p["next"]
-    package = {**after["package"], "artifacts": artifacts}
     view = scratch.ScratchView(ctx)
     if after.get("metrics"):
         for spec in quality_children(p, after, artifacts, results):
             view.spawn_child(spec)
     else:
-        view.spawn_child(
-            child("transcode.package", package, pool="background", duration=package.get("duration"))
-        )
+        view.spawn_child(next_stage(after, artifacts))

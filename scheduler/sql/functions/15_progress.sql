@@ -74,8 +74,10 @@ SET enable_seqscan = off
 AS $$
 BEGIN
   RETURN (WITH tasks AS (
-    -- A split transcode's stages count in the groups of the unsplit stages they stand for.
+    -- A split job's stages count in the groups of the unsplit stages they stand for: the group their
+    -- payload names, else a split transcode's.
     SELECT CASE WHEN q.placement = 'dispatch' THEN 'dispatch'
+                WHEN q.payload ? 'progress_group' THEN q.payload ->> 'progress_group'
                 WHEN q.task_type = 'transcode.chunk' THEN 'transcode.rendition'
                 WHEN q.task_type = 'transcode.audio' THEN 'transcode.thumbnail'
                 WHEN q.task_type IN ('transcode.chunk_quality', 'transcode.split_quality') THEN 'transcode.quality'
