@@ -44,12 +44,17 @@ def test_out_of_range_split_params_are_422_naming_the_field(operator_api, source
     assert fields_of(response) == [field]
 
 
-@pytest.mark.parametrize(
-    "job_type", ["compile_gif", "thumbnail_generate", "scene_extract", "reencode_streaming"]
-)
+@pytest.mark.parametrize("job_type", ["compile_gif", "thumbnail_generate", "scene_extract"])
 def test_split_on_a_type_that_cannot_split_is_422_naming_split(operator_api, source, job_type):
     response = operator_api.post(
         "/v2/jobs", {"type": job_type, "params": {"input": source, "split": "chunks"}}
     )
     assert fields_of(response) == ["params.split"]
     assert "cannot split" in response.json()["errors"][0]["message"]
+
+
+def test_reencode_streaming_takes_split_chunks(operator_api, source):
+    params = {"input": source, "split": "chunks", "chunk_seconds": 10}
+    response = operator_api.post("/v2/jobs", {"type": "reencode_streaming", "params": params})
+    assert response.status_code == 201, response.content
+    assert response.json()["params"]["split"] == "chunks"
