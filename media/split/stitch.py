@@ -1,8 +1,12 @@
 """Joining a rendition's chunks without re-encoding, and checking them first.
 
 `verify_chunks` demuxes every chunk (no decoding): its video packet count must be the plan's frame
-count, its first packet a keyframe, and its codec parameters those of the first chunk (a chunk
-with other parameter sets would decode wrongly once joined under the first chunk's).
+count, its first packet a keyframe, and its codec, profile, size and pixel format those of the
+first chunk. The parameter sets themselves may differ (chunks of one rendition at different CRFs,
+media/split/target.py: x264 writes the CRF into its PPS): the concat demuxer converts H.264 to
+Annex B with each chunk's own SPS/PPS before its keyframe, so they travel in-band; x265's differ
+only in an informational SEI, and libaom's not at all (tests/media/test_split_target.py checks that
+such a join decodes to exactly the chunks' own frames).
 
 `stitch_argv` joins them with FFmpeg's concat demuxer and `-c copy`. The concat demuxer places each
 file at the previous file's start plus its duration, in microseconds; a file's own duration is
@@ -52,7 +56,7 @@ def _facts(path: Path) -> _ChunkFacts:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         ctx = stream.codec_context
-        parameters = (ctx.name, ctx.width, ctx.height, ctx.pix_fmt, bytes(ctx.extradata or b""))
+        parameters = (ctx.name, stream.profile, ctx.width, ctx.height, ctx.pix_fmt)
         packets, first_is_key = 0, False
         for packet in container.demux(stream):
             if packet.size == 0:
