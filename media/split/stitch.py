@@ -26,7 +26,7 @@ from pathlib import Path
 
 import av
 
-from media.commands import _path, base_args
+from media.commands import _num, _path, base_args
 from media.split.plan import SplitPlan
 
 # What the stitch reads: the concat list and the chunks' MP4s (the input whitelist otherwise
@@ -130,15 +130,20 @@ def stitch_argv(
 ) -> list[str]:
     """Writes the concat list to `list_file` and returns the FFmpeg run that joins the chunks by
     copying, muxes `audio` (copied) when given, and writes a +faststart MP4 to `out`. Give `plan`
-    (the chunks' frame counts and rate): without it the concat demuxer uses the files' own,
-    millisecond-rounded durations."""
+    (the chunks' frame counts and rate, and where the video starts after the file's start): without
+    it the concat demuxer uses the files' own durations and the video starts at 0."""
     if not chunk_files:
         raise ValueError("nothing to stitch")
     if plan is not None and len(plan.chunks) != len(chunk_files):
         raise ValueError(f"{len(chunk_files)} files for {len(plan.chunks)} chunks")
     frames = [c.frames for c in plan.chunks] if plan is not None else None
     Path(list_file).write_text(concat_list(chunk_files, frames, plan.fps if plan else None))
-    argv = base_args(ffmpeg) + ["-f", "concat", "-safe", "0", *CONCAT_INPUT, "-i", _path(list_file)]
+    argv = base_args(ffmpeg)
+    offset = plan.chunks[0].video_offset if plan is not None else 0.0
+    if offset > 0:
+        # The source's video starts this long after its audio: keep that, as the audio keeps its.
+        argv += ["-itsoffset", _num(offset)]
+    argv += ["-f", "concat", "-safe", "0", *CONCAT_INPUT, "-i", _path(list_file)]
     maps = ["-map", "0:v:0"]
     if audio is not None:
         argv += ["-i", _path(audio)]

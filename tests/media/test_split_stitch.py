@@ -228,3 +228,53 @@ def test_the_concat_list_places_every_chunk_on_its_exact_tick_however_many_there
     alone = round(Fraction(899) / fps * 10**6) * 240
     assert abs(Fraction(alone, 10**6) * 30000 - sum(frames) * 1001) > 2
     assert "file '" + str(files[0]) + "'" in text
+
+
+def audio_packets(path):
+    with av.open(str(path)) as container:
+        return [(p.pts, p.duration) for p in container.demux(container.streams.audio[0]) if p.size]
+
+
+def test_video_that_starts_after_the_audio_keeps_its_offset(ffmpeg, tmp_path):
+    video, audio_only, source = tmp_path / "v.mp4", tmp_path / "a.m4a", tmp_path / "offset.mp4"
+    run_all([split_source(video, seconds=2.0, ffmpeg=ffmpeg)])
+    run(
+        [ffmpeg, "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", "sine=duration=2.5:sample_rate=48000"]
+        + ["-c:a", "aac", str(audio_only)]
+    )
+    run(
+        [
+            ffmpeg,
+            "-nostdin",
+            "-v",
+            "error",
+            "-y",
+            "-itsoffset",
+            "0.2",
+            "-i",
+            str(video),
+            "-i",
+            str(audio_only),
+        ]
+        + ["-map", "0:v", "-map", "1:a", "-c", "copy", str(source)]
+    )
+    plan = plan_split(source, chunk_seconds=1.0)
+    assert plan.chunks[0].video_offset == 0.2
+    rung = rungs_for("libx264")[0]
+    files = []
+    for chunk in plan.chunks:
+        files.append(tmp_path / f"chunk{chunk.index}.mp4")
+        run(rendition_argv(source, chunk, plan.fps, rung, files[-1]))
+    run(audio_argv(source, tmp_path / "audio.m4a"))
+    out = tmp_path / "stitched.mp4"
+    run(stitch_argv(files, tmp_path / "audio.m4a", out, list_file=tmp_path / "list.txt", plan=plan))
+    unsplit = tmp_path / "unsplit.mp4"
+    run(commands.encode_video(source, unsplit, encoding=rung.encoding, size=(160, 90)))
+    assert decode_errors(ffmpeg, out) == ""
+    packets, time_base = video_packets(out)
+    assert len(packets) == plan.frame_count == 50
+    assert min(p[0] for p in packets) * time_base == Fraction(1, 5)  # where the source's video starts
+    assert audio_packets(out) == audio_packets(unsplit)  # the audio as the unsplit encode has it
+    # The unsplit encode pads the start with copies of the first frame (constant frame rate from
+    # 0); both end together with the audio.
+    assert stream_end(out, "video") == stream_end(unsplit, "video") == Fraction(11, 5)
