@@ -15,6 +15,7 @@ import av
 import pytest
 
 from media import commands
+from media.ffmpeg import guard_inputs
 from media.split.audio import audio_argv
 from media.split.encode import Rung, chunk_argv, keyframe_frames, rendition_argv
 from media.split.plan import plan_split
@@ -59,7 +60,10 @@ def sources(tmp_path_factory, ffmpeg):
 
 
 def run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    """Run FFmpeg as a worker does: file inputs get the input whitelists (media.ffmpeg.guard_inputs)."""
+    proc = subprocess.run(
+        guard_inputs(argv), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 
@@ -278,3 +282,17 @@ def test_video_that_starts_after_the_audio_keeps_its_offset(ffmpeg, tmp_path):
     # The unsplit encode pads the start with copies of the first frame (constant frame rate from
     # 0); both end together with the audio.
     assert stream_end(out, "video") == stream_end(unsplit, "video") == Fraction(11, 5)
+
+
+@pytest.mark.parametrize("encoder", ["libx264", "libx265", "libaom-av1"])
+def test_a_chunk_encode_held_to_one_thread_is_still_exact(encoder, sources, tmp_path):
+    source = sources[("25", "none")]
+    plan = plan_split(source, chunk_seconds=1.0)
+    chunk = plan.chunks[1]
+    outputs = [tmp_path / "a.mp4", tmp_path / "b.mp4"]
+    argv = chunk_argv(source, chunk, plan.fps, rungs_for(encoder), outputs, threads=1)
+    assert argv.count("-threads") == 3  # the decoder and each encoder
+    if encoder == "libx265":
+        assert "pools=1:frame-threads=1" in argv[argv.index("-x265-params") + 1]
+    run(argv)
+    assert [packet_count(out) for out in outputs] == [chunk.frames, chunk.frames]
