@@ -7,8 +7,8 @@ times, and `settb`/`setpts` put them on the exact 1/fps grid from 0. So the outp
 `chunk.frames` frames, whatever the source's keyframe spacing.
 
 How the chunks join exactly (media/split/stitch.py): every chunk of a rendition is encoded with the
-same settings, so each has the same parameter sets and the same reordering delay, and its decode
-timestamps continue the previous chunk's; each starts with a keyframe of a closed GOP (x264:
+same encoder settings (the CRF aside, with a per-chunk target), so each has the same reordering
+delay and its decode timestamps continue the previous chunk's; each starts with a keyframe of a closed GOP (x264:
 `-flags +cgop`; x265: `open-gop=0`; AV1 key frames are closed); the rung's keyframe spacing
 (`keyframe_seconds`, for HLS segments) is kept on the source's own grid (a keyframe at the first
 frame at or after every multiple of it, as the unsplit encode places them), plus one on the chunk's

@@ -7,8 +7,8 @@ Chunks are planned in frames, never in seconds: frame k of the source (presentat
 Nominal boundaries spread the frames evenly over ceil(frames / chunk frames) chunks, so no chunk is
 longer than `chunk_seconds` and none is a short straggler at the end. Each inner boundary then moves
 to the strongest scene cut within +/- the scene window, if there is one (`scenes.strongest_cut`:
-FFmpeg's scene score on a 64-pixel-wide decode of the window only; its cost is in
-`scenes.COST_NOTE`). The window is at most a quarter of a chunk, so chunks never collapse.
+FFmpeg's scene score on a 64-pixel-wide decode of the window only; its measured cost is in
+the `scenes` docstring). The window is at most a quarter of a chunk, so chunks never collapse.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class SplitPlan:
     chunks: list[Chunk]
     fps: Fraction
     frame_count: int
-    scene_cuts: list[int] = field(default_factory=list)  # boundaries (first frames) moved to a cut
+    scene_cuts: list[int] = field(default_factory=list)  # boundaries (first frames) on a scene cut
 
     @property
     def duration_seconds(self) -> float:
@@ -139,20 +139,19 @@ def on_keyframe_grid(bounds: list[int], fps: Fraction, keyframe_seconds: float) 
 def _snap(
     source: Path, timeline: Timeline, nominal: list[int], window: int, ffmpeg
 ) -> tuple[list[int], list[int]]:
-    """(boundaries, the ones moved to a cut): each inner boundary moved to the strongest cut within
+    """(boundaries, the ones on a cut): each inner boundary moved to the strongest cut within
     +/- `window` frames, kept strictly after the previous boundary."""
-    bounds, moved = [nominal[0]], []
+    bounds, on_cut = [nominal[0]], []
     for b in nominal[1:-1]:
         cut = None
         if window > 0:
             cut = strongest_cut(source, timeline, (b - window, b + window), ffmpeg=ffmpeg)
         if cut is not None and cut > bounds[-1] and cut < nominal[-1]:
             bounds.append(cut)
-            if cut != b:
-                moved.append(cut)
+            on_cut.append(cut)
         else:
             bounds.append(b)
-    return bounds + [nominal[-1]], moved
+    return bounds + [nominal[-1]], on_cut
 
 
 def _chunks(timeline: Timeline, bounds: list[int]) -> list[Chunk]:
@@ -197,10 +196,10 @@ def plan_split(
         nominal = on_keyframe_grid(nominal, fps, keyframe_seconds)
     window_seconds = min(max(0.0, scene_window_seconds), chunk_seconds / 4)
     window = math.floor(window_seconds * fps)
-    bounds, moved = _snap(Path(source), timeline, nominal, window, ffmpeg)
+    bounds, on_cut = _snap(Path(source), timeline, nominal, window, ffmpeg)
     chunks = _chunks(timeline, bounds)
     reason = (
         f"{n} frames at {float(fps):.3f} fps in {len(chunks)} chunk(s) of at most {chunk_seconds:g} s; "
-        f"{len(moved)} boundary(ies) moved to a scene cut within {window_seconds:g} s"
+        f"{len(on_cut)} boundary(ies) on a scene cut found within {window_seconds:g} s"
     )
-    return SplitPlan(mode="chunks", reason=reason, chunks=chunks, fps=fps, frame_count=n, scene_cuts=moved)
+    return SplitPlan(mode="chunks", reason=reason, chunks=chunks, fps=fps, frame_count=n, scene_cuts=on_cut)

@@ -1,8 +1,12 @@
 """Joining a rendition's chunks without re-encoding, and checking them first.
 
 `verify_chunks` demuxes every chunk (no decoding): its video packet count must be the plan's frame
-count, its first packet a keyframe, and its codec parameters those of the first chunk (a chunk
-with other parameter sets would decode wrongly once joined under the first chunk's).
+count, its first packet a keyframe, and its codec, profile, size and pixel format those of the
+first chunk. The parameter sets themselves may differ (chunks of one rendition at different CRFs,
+media/split/target.py: x264 writes the CRF into its PPS): the concat demuxer converts H.264 to
+Annex B with each chunk's own SPS/PPS before its keyframe, so they travel in-band; x265's differ
+only in an informational SEI, and libaom's not at all (tests/media/test_split_target.py checks that
+such a join decodes to exactly the chunks' own frames).
 
 `stitch_argv` joins them with FFmpeg's concat demuxer and `-c copy`. The concat demuxer places each
 file at the previous file's start plus its duration, in microseconds; a file's own duration is
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import av
 
-from media.commands import _path, base_args
+from media.commands import _num, _path, base_args
 from media.split.plan import SplitPlan
 
 # What the stitch reads: the concat list and the chunks' MP4s (the input whitelist otherwise
@@ -52,7 +56,7 @@ def _facts(path: Path) -> _ChunkFacts:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         ctx = stream.codec_context
-        parameters = (ctx.name, ctx.width, ctx.height, ctx.pix_fmt, bytes(ctx.extradata or b""))
+        parameters = (ctx.name, stream.profile, ctx.width, ctx.height, ctx.pix_fmt)
         packets, first_is_key = 0, False
         for packet in container.demux(stream):
             if packet.size == 0:
@@ -126,15 +130,20 @@ def stitch_argv(
 ) -> list[str]:
     """Writes the concat list to `list_file` and returns the FFmpeg run that joins the chunks by
     copying, muxes `audio` (copied) when given, and writes a +faststart MP4 to `out`. Give `plan`
-    (the chunks' frame counts and rate): without it the concat demuxer uses the files' own,
-    millisecond-rounded durations."""
+    (the chunks' frame counts and rate, and where the video starts after the file's start): without
+    it the concat demuxer uses the files' own durations and the video starts at 0."""
     if not chunk_files:
         raise ValueError("nothing to stitch")
     if plan is not None and len(plan.chunks) != len(chunk_files):
         raise ValueError(f"{len(chunk_files)} files for {len(plan.chunks)} chunks")
     frames = [c.frames for c in plan.chunks] if plan is not None else None
     Path(list_file).write_text(concat_list(chunk_files, frames, plan.fps if plan else None))
-    argv = base_args(ffmpeg) + ["-f", "concat", "-safe", "0", *CONCAT_INPUT, "-i", _path(list_file)]
+    argv = base_args(ffmpeg)
+    offset = plan.chunks[0].video_offset if plan is not None else 0.0
+    if offset > 0:
+        # The source's video starts this long after its audio: keep that, as the audio keeps its.
+        argv += ["-itsoffset", _num(offset)]
+    argv += ["-f", "concat", "-safe", "0", *CONCAT_INPUT, "-i", _path(list_file)]
     maps = ["-map", "0:v:0"]
     if audio is not None:
         argv += ["-i", _path(audio)]

@@ -13,11 +13,13 @@ the highest CRF probed whose score reached the target (media.quality.chosen_crf)
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 from media.commands import MAX_CRF
+from media.ffmpeg import guard_inputs
 from media.quality import CRF_RANGE, chosen_crf, next_crf, percentile
 from media.split.encode import Rung, rendition_argv
 from media.split.plan import Chunk, SplitPlan
@@ -57,25 +59,72 @@ def crf_bounds(rung: Rung) -> tuple[int, int]:
     return low, min(high, MAX_CRF.get(rung.encoding.encoder, 51))
 
 
-def _probe(
-    source: Path, chunk: Chunk, plan: SplitPlan, rung: Rung, crf: int, work: Path, options: dict
+def probe_files(chunk: Chunk, crf: int, work_dir: Path) -> tuple[Path, Path]:
+    """(the probe's encode, its VMAF log) in `work_dir`."""
+    stem = Path(work_dir) / f"chunk{chunk.index:05d}_crf{int(crf)}"
+    return stem.with_suffix(".mp4"), stem.with_suffix(".json")
+
+
+def probe_argvs(
+    source: Path,
+    chunk: Chunk,
+    plan: SplitPlan,
+    rung: Rung,
+    crf: int,
+    work_dir: Path,
+    *,
+    source_size: tuple[int, int],
+    n_subsample: int = PROBE_SUBSAMPLE,
+    threads: int | None = None,
+    ffmpeg: str | None = None,
+) -> list[list[str]]:
+    """The two FFmpeg runs of one probe, in order: encode the chunk at `crf` (the rung's settings
+    otherwise), then score it against the source's same frames."""
+    encode, log = probe_files(chunk, crf, work_dir)
+    probe_rung = replace(rung, encoding=replace(rung.encoding, crf=int(crf)))
+    width, height = source_size
+    return [
+        rendition_argv(source, chunk, plan.fps, probe_rung, encode, threads=threads, ffmpeg=ffmpeg),
+        chunk_measure_argv(
+            source,
+            chunk,
+            plan,
+            [(encode, log)],
+            width=width,
+            height=height,
+            n_subsample=n_subsample,
+            ffmpeg=ffmpeg,
+        ),
+    ]
+
+
+def probe_score(
+    log: Path,
+    chunk: Chunk,
+    plan: SplitPlan,
+    n_subsample: int = PROBE_SUBSAMPLE,
+    pool: float = PROBE_PERCENTILE,
 ) -> float:
-    """Encode the chunk at `crf` and score it: its pooled (low-percentile) VMAF."""
-    encode = work / f"chunk{chunk.index:05d}_crf{crf}.mp4"
-    log = work / f"chunk{chunk.index:05d}_crf{crf}.json"
-    probe_rung = replace(rung, encoding=replace(rung.encoding, crf=crf))
-    ffmpeg, threads, n = options["ffmpeg"], options["threads"], options["n_subsample"]
-    _run(rendition_argv(source, chunk, plan.fps, probe_rung, encode, threads=threads, ffmpeg=ffmpeg))
-    width, height = options["size"]
-    argv = chunk_measure_argv(
-        source, chunk, plan, [(encode, log)], width=width, height=height, n_subsample=n, ffmpeg=ffmpeg
+    """A probe's pooled score: the `pool` percentile of the chunk's scored frames."""
+    return percentile(chunk_frame_scores(log, chunk, plan, n_subsample), pool)
+
+
+def choice(tried: dict[int, float], target: float, rung: Rung, chunk: Chunk, work_dir: Path) -> CrfChoice:
+    """The search's answer from its probes (media.quality.chosen_crf)."""
+    best, reached = chosen_crf(tried, target, crf_bounds(rung)[0])
+    return CrfChoice(
+        crf=best,
+        vmaf=round(tried[best], 3),
+        probes=[{"crf": c, "vmaf": round(v, 3)} for c, v in tried.items()],
+        reached=reached,
+        file=probe_files(chunk, best, work_dir)[0],
     )
-    _run(argv)
-    return percentile(chunk_frame_scores(log, chunk, plan, n), options["percentile"])
 
 
-def _run(argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=3600)
+def run_ffmpeg(argv: list[str]) -> None:
+    """The default runner (tests, tools): a worker stage passes its own, which fences, reports
+    progress and kills the process group on cancel."""
+    proc = subprocess.run(guard_inputs(argv), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise RuntimeError(f"CRF probe failed: {proc.stderr.strip()[-500:]}")
 
@@ -94,27 +143,29 @@ def search_chunk_crf(
     pool_percentile: float = PROBE_PERCENTILE,
     threads: int | None = None,
     ffmpeg: str | None = None,
+    run: Callable[[list[str]], None] = run_ffmpeg,
 ) -> CrfChoice:
     """Search the chunk's CRF for `target_vmaf`, first probing the rung's own CRF. `source_size`:
-    the source's display size, which renditions are scaled back to for scoring."""
+    the source's display size, which renditions are scaled back to for scoring; `run` runs one
+    FFmpeg argv (raising on failure)."""
     low, high = crf_bounds(rung)
-    options = {
-        "ffmpeg": ffmpeg,
-        "threads": threads,
-        "n_subsample": n_subsample,
-        "size": source_size,
-        "percentile": pool_percentile,
-    }
     tried: dict[int, float] = {}
     crf: int | None = min(high, max(low, int(rung.encoding.crf)))
     while crf is not None and len(tried) < max(1, probes):
-        tried[crf] = _probe(Path(source), chunk, plan, rung, crf, Path(work_dir), options)
+        for argv in probe_argvs(
+            source,
+            chunk,
+            plan,
+            rung,
+            crf,
+            work_dir,
+            source_size=source_size,
+            n_subsample=n_subsample,
+            threads=threads,
+            ffmpeg=ffmpeg,
+        ):
+            run(argv)
+        log = probe_files(chunk, crf, work_dir)[1]
+        tried[crf] = probe_score(log, chunk, plan, n_subsample, pool_percentile)
         crf = next_probe(tried, target_vmaf, low, high)
-    best, reached = chosen_crf(tried, target_vmaf, low)
-    return CrfChoice(
-        crf=best,
-        vmaf=round(tried[best], 3),
-        probes=[{"crf": c, "vmaf": round(v, 3)} for c, v in tried.items()],
-        reached=reached,
-        file=Path(work_dir) / f"chunk{chunk.index:05d}_crf{best}.mp4",
-    )
+    return choice(tried, target_vmaf, rung, chunk, work_dir)

@@ -168,3 +168,27 @@ def run_all(argvs: list[list[str]], timeout: float = 120) -> None:
     for proc in procs:
         _, err = proc.communicate(timeout=timeout)
         assert proc.returncode == 0, err.decode(errors="replace")
+
+
+def frame_hashes(path: Path, ffmpeg: str | None = None) -> list[str]:
+    """The MD5 of every decoded video frame's visible pixels (FFmpeg's framemd5), in order."""
+    out = subprocess.run(
+        [
+            ffmpeg or ffmpeg_path(),
+            "-nostdin",
+            "-v",
+            "error",
+            "-i",
+            str(path),
+            "-map",
+            "0:v:0",
+            "-f",
+            "framemd5",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    return [line.rsplit(",", 1)[-1].strip() for line in out.splitlines() if line and not line.startswith("#")]

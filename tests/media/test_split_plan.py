@@ -91,7 +91,7 @@ def test_the_plan_serialises_for_the_job_detail_and_round_trips(sources):
     plan = plan_split(sources["cut"], chunk_seconds=2.0)
     shown = plan.to_dict()
     assert set(shown) == {"mode", "reason", "chunks"} and shown["mode"] == "chunks"
-    assert "1 boundary(ies) moved to a scene cut" in shown["reason"]
+    assert "1 boundary(ies) on a scene cut" in shown["reason"]
     assert set(shown["chunks"][0]) == {"index", "first_frame", "last_frame", "start_seconds", "end_seconds"}
     assert SplitPlan.from_state(plan.to_state()) == plan
     assert Chunk.from_state(plan.chunks[1].to_state()).frames == 43

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from media import commands, quality
+from media.ffmpeg import guard_inputs
 from media.split.encode import Rung, rendition_argv
 from media.split.plan import plan_split
 from media.split.pooling import chunk_frame_scores, chunk_measure_argv, frame_scores, pool
@@ -18,7 +19,10 @@ SIZE = (320, 180)
 
 
 def run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    """Run FFmpeg as a worker does: file inputs get the input whitelists (media.ffmpeg.guard_inputs)."""
+    proc = subprocess.run(
+        guard_inputs(argv), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 

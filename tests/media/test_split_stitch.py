@@ -4,7 +4,8 @@ Real FFmpeg on tiny generated sources made to be hard to split (tests/kit/media.
 B-frames, open GOPs, keyframes every 40 frames so chunks start mid-GOP), for H.264, HEVC and AV1
 at 25 and 29.97 fps, without audio, with audio and with audio longer than the video. Each case is
 checked against the same rung encoded unsplit by media.commands.encode_video, on timestamps (the
-same ticks), frame count, keyframes, a clean decode and A/V sync at the end.
+same ticks), frame count, keyframes, a clean decode that gives exactly the chunks' own pictures,
+and A/V sync at the end.
 """
 
 import subprocess
@@ -14,11 +15,12 @@ import av
 import pytest
 
 from media import commands
+from media.ffmpeg import guard_inputs
 from media.split.audio import audio_argv
 from media.split.encode import Rung, chunk_argv, keyframe_frames, rendition_argv
 from media.split.plan import plan_split
 from media.split.stitch import ChunkMismatch, packet_count, stitch_argv, verify_chunks
-from tests.kit.media import run_all, split_source
+from tests.kit.media import frame_hashes, run_all, split_source
 
 AUDIO_FRAME = Fraction(1024, 48000)  # one AAC frame
 SECONDS = 2.8  # 70 and 84 frames: 29.97 fps chunks of 28 frames are not whole milliseconds
@@ -58,7 +60,10 @@ def sources(tmp_path_factory, ffmpeg):
 
 
 def run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    """Run FFmpeg as a worker does: file inputs get the input whitelists (media.ffmpeg.guard_inputs)."""
+    proc = subprocess.run(
+        guard_inputs(argv), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 
@@ -126,6 +131,8 @@ def test_the_stitched_rendition_is_exactly_the_unsplit_encode(case, sources, ffm
         out = tmp_path / f"stitched_r{r}.mp4"
         run(stitch_argv(files[r], audio, out, list_file=tmp_path / f"list_r{r}.txt", plan=plan))
         assert decode_errors(ffmpeg, out) == ""
+        # The join decodes to exactly the chunks' own pictures, frame for frame.
+        assert frame_hashes(out, ffmpeg) == [h for f in files[r] for h in frame_hashes(f, ffmpeg)]
         packets, time_base = video_packets(out)
         assert len(packets) == plan.frame_count
         dts = [p[1] for p in packets]
@@ -225,3 +232,67 @@ def test_the_concat_list_places_every_chunk_on_its_exact_tick_however_many_there
     alone = round(Fraction(899) / fps * 10**6) * 240
     assert abs(Fraction(alone, 10**6) * 30000 - sum(frames) * 1001) > 2
     assert "file '" + str(files[0]) + "'" in text
+
+
+def audio_packets(path):
+    with av.open(str(path)) as container:
+        return [(p.pts, p.duration) for p in container.demux(container.streams.audio[0]) if p.size]
+
+
+def test_video_that_starts_after_the_audio_keeps_its_offset(ffmpeg, tmp_path):
+    video, audio_only, source = tmp_path / "v.mp4", tmp_path / "a.m4a", tmp_path / "offset.mp4"
+    run_all([split_source(video, seconds=2.0, ffmpeg=ffmpeg)])
+    run(
+        [ffmpeg, "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", "sine=duration=2.5:sample_rate=48000"]
+        + ["-c:a", "aac", str(audio_only)]
+    )
+    run(
+        [
+            ffmpeg,
+            "-nostdin",
+            "-v",
+            "error",
+            "-y",
+            "-itsoffset",
+            "0.2",
+            "-i",
+            str(video),
+            "-i",
+            str(audio_only),
+        ]
+        + ["-map", "0:v", "-map", "1:a", "-c", "copy", str(source)]
+    )
+    plan = plan_split(source, chunk_seconds=1.0)
+    assert plan.chunks[0].video_offset == 0.2
+    rung = rungs_for("libx264")[0]
+    files = []
+    for chunk in plan.chunks:
+        files.append(tmp_path / f"chunk{chunk.index}.mp4")
+        run(rendition_argv(source, chunk, plan.fps, rung, files[-1]))
+    run(audio_argv(source, tmp_path / "audio.m4a"))
+    out = tmp_path / "stitched.mp4"
+    run(stitch_argv(files, tmp_path / "audio.m4a", out, list_file=tmp_path / "list.txt", plan=plan))
+    unsplit = tmp_path / "unsplit.mp4"
+    run(commands.encode_video(source, unsplit, encoding=rung.encoding, size=(160, 90)))
+    assert decode_errors(ffmpeg, out) == ""
+    packets, time_base = video_packets(out)
+    assert len(packets) == plan.frame_count == 50
+    assert min(p[0] for p in packets) * time_base == Fraction(1, 5)  # where the source's video starts
+    assert audio_packets(out) == audio_packets(unsplit)  # the audio as the unsplit encode has it
+    # The unsplit encode pads the start with copies of the first frame (constant frame rate from
+    # 0); both end together with the audio.
+    assert stream_end(out, "video") == stream_end(unsplit, "video") == Fraction(11, 5)
+
+
+@pytest.mark.parametrize("encoder", ["libx264", "libx265", "libaom-av1"])
+def test_a_chunk_encode_held_to_one_thread_is_still_exact(encoder, sources, tmp_path):
+    source = sources[("25", "none")]
+    plan = plan_split(source, chunk_seconds=1.0)
+    chunk = plan.chunks[1]
+    outputs = [tmp_path / "a.mp4", tmp_path / "b.mp4"]
+    argv = chunk_argv(source, chunk, plan.fps, rungs_for(encoder), outputs, threads=1)
+    assert argv.count("-threads") == 3  # the decoder and each encoder
+    if encoder == "libx265":
+        assert "pools=1:frame-threads=1" in argv[argv.index("-x265-params") + 1]
+    run(argv)
+    assert [packet_count(out) for out in outputs] == [chunk.frames, chunk.frames]

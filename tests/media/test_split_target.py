@@ -1,14 +1,17 @@
 """Per-chunk CRF search for a VMAF target, on real encodes: an easy shot gets a higher CRF (fewer
-bits) than a hard one, within the probe budget, and the chosen probe is the chunk's exact encode."""
+bits) than a hard one, within the probe budget, the chosen probe is the chunk's exact encode, and
+chunks at different CRFs stitch into exactly their own frames."""
+
+import subprocess
 
 import pytest
 
 from media import commands
 from media.split.encode import Rung
 from media.split.plan import plan_split
-from media.split.stitch import packet_count
+from media.split.stitch import packet_count, stitch_argv, verify_chunks
 from media.split.target import PROBES, next_probe, search_chunk_crf
-from tests.kit.media import run_all, split_source
+from tests.kit.media import frame_hashes, run_all, split_source
 
 
 def test_the_next_probe_interpolates_inside_a_bracket_and_bisects_without_one():
@@ -47,3 +50,10 @@ def test_each_chunk_finds_its_own_crf_and_the_static_shot_gets_the_higher_one(so
         assert all(p["vmaf"] < target for p in choice.probes if p["crf"] > choice.crf)
         assert packet_count(choice.file) == chunk.frames
     assert static.crf > moving.crf
+    # Chunks at different CRFs (different parameter sets) join by copying into exactly their frames.
+    files = [choice.file for choice in choices]
+    assert verify_chunks(files, plan) == []
+    stitched = tmp_path / "stitched.mp4"
+    argv = stitch_argv(files, None, stitched, list_file=tmp_path / "list.txt", plan=plan)
+    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    assert frame_hashes(stitched) == [h for f in files for h in frame_hashes(f)]
