@@ -113,9 +113,11 @@ BEGIN
     UPDATE queue_tasks q SET progress = coalesce(least(100, greatest(0, p_progress)), q.progress),
                              progress_detail = coalesce(p_detail, q.progress_detail)
     WHERE q.id = p_task;
-    -- Weighted by the work of each stage (15_progress); below 100 until completed, never lower.
-    UPDATE jobs j SET progress = greatest(j.progress,
-                                          least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint)
+    -- Weighted by the work of each stage (15_progress); below 100 until completed, never lower,
+    -- except in a split job (its stages are `cluster`): a restarted chunk gives its frames back.
+    UPDATE jobs j SET progress = CASE
+        WHEN t.placement = 'cluster' THEN least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint
+        ELSE greatest(j.progress, least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint) END
     WHERE j.id = t.job_id AND j.status <> 'completed';
   END IF;
   IF p_lines IS NOT NULL AND cardinality(p_lines) > 0 THEN

@@ -378,6 +378,49 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION report_progress_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
+                                              p_progress float, p_detail jsonb, p_lines text[])
+RETURNS TABLE (accepted boolean, cancel_requested boolean, reason text)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+  w queue_workers%ROWTYPE;
+  s job_schedule%ROWTYPE;
+  t queue_tasks%ROWTYPE;
+  why text;
+BEGIN
+  SELECT * INTO w FROM queue_workers q WHERE q.uid = p_worker;
+  SELECT * INTO t FROM queue_tasks q WHERE q.id = p_task FOR UPDATE;
+  SELECT * INTO s FROM job_schedule js WHERE js.job_id = t.job_id;
+  why := fence_reason_v1(t, s, w, p_token, p_worker, p_session);
+  IF why IS NOT NULL THEN
+    IF t.id IS NOT NULL THEN
+      PERFORM audit_v1(t, 'progress', false, why, p_token, p_worker, p_session);
+    END IF;
+    RETURN QUERY SELECT false, s.cancel_requested_at IS NOT NULL, why;
+    RETURN;
+  END IF;
+  IF p_progress IS NOT NULL OR p_detail IS NOT NULL THEN
+    UPDATE queue_tasks q SET progress = coalesce(least(100, greatest(0, p_progress)), q.progress),
+                             progress_detail = coalesce(p_detail, q.progress_detail)
+    WHERE q.id = p_task;
+    -- Weighted by the work of each stage (15_progress); below 100 until completed, never lower,
+    -- except in a split job (its stages are `cluster`): a restarted chunk gives its frames back.
+    UPDATE jobs j SET progress = CASE
+        WHEN t.placement = 'cluster' THEN least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint
+        ELSE greatest(j.progress, least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint) END
+    WHERE j.id = t.job_id AND j.status <> 'completed';
+  END IF;
+  IF p_lines IS NOT NULL AND cardinality(p_lines) > 0 THEN
+    INSERT INTO queue_task_logs (task_id, at, message) SELECT p_task, now(), left(line, 4000) FROM unnest(p_lines) line;
+    DELETE FROM queue_task_logs l WHERE l.task_id = p_task AND l.id <= (
+      SELECT l2.id FROM queue_task_logs l2 WHERE l2.task_id = p_task ORDER BY l2.id DESC OFFSET 1000 LIMIT 1);
+  END IF;
+  RETURN QUERY SELECT true, s.cancel_requested_at IS NOT NULL, NULL::text;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION finish_task_v1(p_task bigint, p_token uuid, p_worker text, p_session uuid,
                                           p_result jsonb, p_children jsonb, p_outputs jsonb)
 RETURNS TABLE (outcome text, reason text)
