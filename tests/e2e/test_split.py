@@ -500,3 +500,28 @@ def test_a_split_reencode_is_published_once_and_registered_in_the_library(start_
     (entry,) = job_quality_document(job)["renditions"]
     assert entry["name"] == "split" and [s["index"] for s in entry["seams"]] == [1, 2, 3]
     assert one("SELECT progress FROM jobs WHERE id = %s", [job]) == 100
+
+
+def test_a_variable_frame_rate_source_falls_back_to_the_unsplit_path(start_worker, roots, tmp_path):
+    vfr = tmp_path / "vfr.mp4"
+    argv = [ffmpeg_path(), "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i"]
+    argv += ["testsrc2=size=320x180:rate=25:duration=4", "-vf", "select='lt(n\\,20)+not(mod(n\\,3))'"]
+    argv += ["-fps_mode", "vfr", "-c:v", "libx264", "-preset", "ultrafast", str(vfr)]
+    subprocess.run(argv, check=True, timeout=120)
+    worker = start_worker("vfr-a", "--concurrency", "2", env=SCRATCH_ENV)
+    job = submit(roots.add(vfr, "src/vfr.mp4"), ladder=[{"height": 144}])
+    wait_for(lambda: job_status(job) in ("completed", "failed"), 120, "the job to end", workers=[worker])
+    assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    log = one("SELECT log FROM jobs WHERE id = %s", [job])
+    stage_log = " ".join(
+        m
+        for (m,) in sql(
+            "SELECT l.message FROM queue_task_logs l JOIN queue_tasks t ON t.id = l.task_id WHERE t.job_id = %s",
+            [job],
+        )
+    )
+    assert "split: not possible (variable frame rate" in stage_log and "unsplit path" in stage_log, log
+    assert not tasks_of(job, "transcode.chunk") and tasks_of(job, "transcode.rendition")
+    assert one(
+        "SELECT result -> 'split' FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode'", [job]
+    ) in (None, "null")
