@@ -352,6 +352,8 @@ def test_operator_controls_apply_to_every_chunk_and_the_queue_shows_the_job_once
     assert entry.chunks["total"] == 4 and entry.group is None  # the pending group: any worker
     assert set(entry.chunks["running"]) == {"op-a", "op-b"}
     assert [e.job_id for e in queries.queue_list()].count(job) == 1
+    queue_page = viewer_client.get("/dashboard/queue").content.decode()
+    assert "data-chunks" in queue_page and "/4 done" in queue_page
 
     # Pause: the chunks not yet claimed stay unclaimed, the running ones finish.
     repository.pause(job)
