@@ -29,6 +29,7 @@ from api.schemas import (
 from media import failures, links, submission
 from media.jobtypes import JOB_TYPES
 from media.quality import job_quality
+from media.split_job import job_split, progress_note
 from scheduler import queries
 from scheduler.models import Job, JobOutput
 from scheduler.repository import JobNotFound
@@ -124,6 +125,8 @@ def job_detail(request: HttpRequest, job: queries.JobRow) -> dict:
         "queue": asdict(entry) if entry else None,
         "reservation": next(iter(queries.job_reservations(job.id, limit=1)), None),
         "quality": job_quality(job.id, job.execution_id),
+        "split": job_split(job.id, job.execution_id),
+        "progress_note": progress_note(job.id, job.execution_id),
     }
 
 

@@ -78,6 +78,7 @@ class JetEncodeCollector:
         yield self.claim_latency()
         yield self.stage_duration()
         yield self.rendition_vmaf()
+        yield from self.split_transcodes()
 
     def queue_depth(self) -> Metric:
         depth = GaugeMetricFamily(
@@ -221,6 +222,32 @@ class JetEncodeCollector:
                 family=stage,
             )
         return stage
+
+    def split_transcodes(self) -> Iterator[Metric]:
+        counts = queries.split_counts()
+        chunks = GaugeMetricFamily(
+            "jetencode_split_chunks", "Unfinished chunks of split transcodes, by state", labels=["state"]
+        )
+        for state in ("pending", "running", "retry_wait", "blocked"):
+            chunks.add_metric([state], counts["chunks"].get(state, 0))
+        yield chunks
+        ended = GaugeMetricFamily(
+            "jetencode_split_chunks_ended_24h",
+            "Chunks of split transcodes that ended in the last 24 hours, by state",
+            labels=["state"],
+        )
+        for state in ("completed", "failed", "cancelled"):
+            ended.add_metric([state], counts["chunks_ended_24h"].get(state, 0))
+        yield ended
+        failures = GaugeMetricFamily(
+            "jetencode_split_stitch_failures_24h",
+            "Stitch failures in the last 24 hours: chunk_mismatch (chunks sent back for a wrong frame "
+            "count), stitch_failed (stitch stages that failed)",
+            labels=["reason"],
+        )
+        for reason in ("chunk_mismatch", "stitch_failed"):
+            failures.add_metric([reason], counts["stitch_failures_24h"].get(reason, 0))
+        yield failures
 
     def rendition_vmaf(self) -> Metric:
         """Issue 16: measured VMAF of transcode renditions scored in the last 24 hours, by rung."""

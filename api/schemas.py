@@ -165,6 +165,10 @@ class ReservationOut(Schema):
     bound_at: datetime | None
     ended_at: datetime | None
     updated_at: datetime
+class QueueChunksOut(Schema):
+    total: int
+    done: int
+    running: dict[str, int] = Field(description="Worker uid: chunks running there")
 
 
 class QueueEntryOut(Schema):
@@ -199,12 +203,18 @@ class QueueEntryOut(Schema):
     reservation: ReservationOut | None = Field(
         None, description="A dedicated job's reservation (POST /v2/queue/{id}/dedicate); null for shared jobs"
     )
+    chunks: QueueChunksOut | None = Field(
+        None,
+        description="Present only for a split transcode: its chunks, how many are done, how many run on which worker",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_waiting_seconds(self, handler):
         data = handler(self)
         if data.get("waiting_seconds") is None:
             data.pop("waiting_seconds", None)
+        if data.get("chunks") is None:
+            data.pop("chunks", None)  # only a split job has chunks
         return data
 
 
@@ -274,6 +284,20 @@ class OutputOut(Schema):
     created_at: datetime
 
 
+class SplitChunkOut(Schema):
+    index: int
+    first_frame: int
+    last_frame: int
+    start_seconds: float
+    end_seconds: float
+
+
+class SplitOut(Schema):
+    mode: str = Field(description='"chunks"')
+    reason: str = Field(description="Why the job was split, and how the plan was made")
+    chunks: list[SplitChunkOut] = Field(description="Exact frame ranges, the same for every rendition")
+
+
 class JobDetailOut(JobSummaryOut):
     params: dict[str, Any]
     execution_id: int
@@ -291,6 +315,14 @@ class JobDetailOut(JobSummaryOut):
     quality: dict[str, Any] | None = Field(
         None,
         description="Measured quality of the outputs (quality.json: VMAF/PSNR/SSIM per rendition); null until measured",
+    )
+    split: SplitOut | None = Field(
+        None,
+        description="The split plan of a split-and-stitch transcode (chunks encoded on any worker); null when "
+        "the job was not split",
+    )
+    progress_note: str | None = Field(
+        None, description="Why progress went down (a split job's chunk restarted and gave its frames back)"
     )
 
 

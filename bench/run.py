@@ -39,6 +39,7 @@ MEASUREMENTS = (
     "farm",
     "peers",
     "startup",
+    "split",
 )
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -68,6 +69,7 @@ PROFILES = {
         "peers_jobs": 5000,
         "peers_shapes": [2, 1],
         "peers_rounds": 2,
+        "split_shape": "full",
     },
     "quick": {
         "throughput_jobs": 500,
@@ -94,6 +96,7 @@ PROFILES = {
         "peers_jobs": 1000,
         "peers_shapes": [2],
         "peers_rounds": 2,
+        "split_shape": "quick",
     },
     # The test suite's smoke run: every code path, tiny sizes, no meaningful figures.
     "smoke": {
@@ -121,11 +124,11 @@ PROFILES = {
         "peers_jobs": 50,
         "peers_shapes": [1],
         "peers_rounds": 1,
+        "split_shape": "smoke",
     },
 }
-# Not in the smoke set: media and quality (FFmpeg), farm (its own server), startup (its own embedded
-# server and a whole run command), peers (procrastinate and
-# pgqueuer, from the `dev` extra).
+# Not in the smoke set: media, quality and split (FFmpeg), farm (its own server), startup (its own
+# embedded server and a whole run command), peers (procrastinate and pgqueuer, from the `dev` extra).
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "serialized", "wakeup", "web", "failover")
 CONCURRENCY = 4
 THROUGHPUT_POLL_SECONDS = 0.1
@@ -365,6 +368,7 @@ class Runner:
             ("farm", self.measure_farm),
             ("peers", self.measure_peers),
             ("startup", self.measure_startup),
+            ("split", self.measure_split),
         ):
             if name in selected:
                 self.step(name, measure)
@@ -467,6 +471,13 @@ class Runner:
         from bench import startup
 
         return startup.measure(self.workdir, log=log)
+
+    def measure_split(self) -> dict:
+        from bench import split
+
+        return split.measure(
+            self.url, self.workdir, self.media_root, shape=self.profile["split_shape"], log=log
+        )
 
     def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
         p = self.profile
@@ -618,7 +629,23 @@ def _peer_and_media_targets(results: dict, t: Targets) -> None:
         t.add("8", "quality: VMAF measuring overhead on job wall time", overhead, "<= 0.30", overhead <= 0.30)
 
 
-TARGET_GROUPS = (_throughput_targets, _claim_wakeup_web_targets, _farm_targets, _peer_and_media_targets)
+def _split_targets(results: dict, t: Targets) -> None:
+    widest = (_get(results, "split", "split") or [None])[-1]
+    if widest:
+        n, value = widest["workers"], widest.get("speedup")
+        met = value is not None and value >= 0.8 * n
+        t.add("12a", f"split: speed-up on {n} worker(s)", value, f">= {0.8 * n:g}", met, "x")
+        mismatches = _get(results, "split", "mismatches")
+        t.add("12b", "split: frame-count mismatches", mismatches, "0", mismatches == 0)
+
+
+TARGET_GROUPS = (
+    _throughput_targets,
+    _claim_wakeup_web_targets,
+    _farm_targets,
+    _peer_and_media_targets,
+    _split_targets,
+)
 
 
 def evaluate(results: dict, profile: dict) -> list[dict]:
@@ -773,7 +800,7 @@ def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_table(report: dict) -> None:
-    from bench import failover, peers, quality, serialized, startup
+    from bench import failover, peers, quality, serialized, split, startup
 
     results = report["results"]
     rows = (
@@ -787,6 +814,7 @@ def print_table(report: dict) -> None:
         + _farm_rows(results)
         + peers.table_rows(results.get("peers"))
         + startup.table_rows(results.get("startup"))
+        + split.table_rows(results.get("split"))
         + [
             (name, "ERROR", data["error"][:70])
             for name, data in results.items()

@@ -264,6 +264,15 @@ for _proxy in TRUSTED_PROXIES:
 MEDIA_ROOT_DIR = Path(envstr("JETENCODE_MEDIA_ROOT", str(VAR_DIR / "media"))).resolve()
 OUTPUT_ROOT_DIR = Path(envstr("JETENCODE_OUTPUT_ROOT", str(VAR_DIR / "outputs"))).resolve()
 WORKSPACE_ROOT_DIR = Path(envstr("JETENCODE_WORKSPACE_ROOT", str(VAR_DIR / "workspace"))).resolve()
+# Split transcodes (issue 33): the shared scratch every worker mounts (chunks, stitched renditions),
+# and the source length from which split "auto" encodes in chunks.
+SCRATCH_ROOT_DIR = Path(envstr("JETENCODE_SCRATCH_ROOT", str(VAR_DIR / "scratch"))).resolve()
+SPLIT_MIN_SECONDS = envfloat("JETENCODE_SPLIT_MIN_SECONDS", 120, minimum=0)
+# How often each worker sweeps the shared scratch, and how long after a job ended its files stay.
+SCRATCH_SWEEP_SECONDS = envfloat("JETENCODE_SCRATCH_SWEEP_SECONDS", 60, minimum=0.5)
+# Threads of each split chunk's FFmpeg (0: FFmpeg's own choice); the split benchmark holds it to 1.
+FFMPEG_THREADS = envint("JETENCODE_FFMPEG_THREADS", 0, minimum=0, maximum=256)
+SCRATCH_GRACE_SECONDS = envfloat("JETENCODE_SCRATCH_GRACE_SECONDS", 30, minimum=0)
 FFMPEG_BINARY = envstr("JETENCODE_FFMPEG")
 S3_BUCKET = envstr("JETENCODE_S3_BUCKET")
 S3_ENDPOINT_URL = envstr("JETENCODE_S3_ENDPOINT_URL")

@@ -296,6 +296,20 @@ def parse_params(job_type: str, params: dict[str, Any] | None) -> p.Params:
         params = {}
     if not isinstance(params, dict):
         raise ParamsError([{"field": "params", "message": "params must be a JSON object"}])
+    if params.get("split") == "chunks" and job_type in p.SPLIT_NOT_YET:
+        raise ParamsError(
+            [{"field": "params.split", "message": f"{job_type} cannot split yet; transcode can"}]
+        )
+    if "split" in params and job_type not in p.SPLIT_TYPES:
+        # Said plainly, rather than pydantic's "extra inputs are not permitted".
+        raise ParamsError(
+            [
+                {
+                    "field": "params.split",
+                    "message": f"{job_type} cannot split; split is for " + " and ".join(p.SPLIT_TYPES),
+                }
+            ]
+        )
     try:
         return jt.params_model.model_validate(params)
     except ValidationError as exc:

@@ -358,6 +358,25 @@ class QualityOptions(Params):
         return _needs_vmaf(value, info, "min_vmaf")
 
 
+# --- the split (issue 33) ---------------------------------------------------------------------
+
+SplitMode = Literal["off", "chunks", "auto"]
+SPLIT_TYPES = ("transcode", "reencode_streaming")  # take `split` and `chunk_seconds`
+SPLIT_NOT_YET: tuple[str, ...] = ()  # types that take the params but cannot split yet ("chunks": 422)
+
+
+class SplitOptions(Params):
+    """Split-and-stitch: the encode runs as chunks on any worker of the farm (workers/stages/split.py)."""
+
+    split: SplitMode = Field(
+        "auto",
+        description='"chunks": encode in chunks on any free slot of the farm, then stitch; "off": one '
+        'worker encodes the whole source; "auto": chunks when the source is at least '
+        "JETENCODE_SPLIT_MIN_SECONDS long",
+    )
+    chunk_seconds: float = Field(30.0, ge=2, le=600, description="Target chunk length in seconds")
+
+
 # --- transcode --------------------------------------------------------------------------------
 
 
@@ -376,7 +395,7 @@ class Rendition(Params):
         return value
 
 
-class TranscodeParams(EncodeOptions, QualityOptions, SingleInput):
+class TranscodeParams(EncodeOptions, QualityOptions, SplitOptions, SingleInput):
     codec: Codec = Field("h264", description="Video codec of rungs that do not name their own")
     target_vmaf: float | None = Field(
         None,
@@ -495,7 +514,7 @@ class MoveToLibraryParams(LibraryFileInput):
 # --- encode ---------------------------------------------------------------------------------------
 
 
-class ReencodeStreamingParams(EncodeOptions, QualityOptions, SingleInput):
+class ReencodeStreamingParams(EncodeOptions, QualityOptions, SplitOptions, SingleInput):
     preset: Preset = "medium"
     target_bitrate_kbps: VideoKbps = Field(2000, description="maxrate; bufsize is twice this")
     max_height: int | None = Field(

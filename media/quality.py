@@ -515,7 +515,7 @@ def chosen_crf(tried: dict[int, float], target: float, low: int) -> tuple[int, b
 
 # --- reading and listing -----------------------------------------------------------------------
 
-QUALITY_TASK_TYPES = ("transcode.quality", "reencode_streaming.quality")
+QUALITY_TASK_TYPES = ("transcode.quality", "reencode_streaming.quality", "transcode.split_quality")
 
 
 def job_quality(job_id, execution_id: int | None = None) -> dict | None:

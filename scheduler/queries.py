@@ -90,6 +90,7 @@ def job_reservations(job_id, limit: int = 10) -> list[dict[str, Any]]:
         reservation_dict(dict(row))
         for row in _rows("job_reservations", {"job_id": str(job_id), "limit": limit})
     ]
+    chunks: dict | None = None  # a split job's chunks: {"total", "done", "running": {worker: n}}
 
 
 def queue_list(
@@ -126,6 +127,7 @@ def queue_list(
         if row["waiting_seconds"] is not None:
             row["waiting_seconds"] = float(row["waiting_seconds"])
         row["reservation"] = reservation_dict(row["reservation"])
+        row["chunks"] = _decode(row.get("chunks"))
         entries.append(QueueEntry(**{k: v for k, v in row.items() if k in names}))
     return entries
 
@@ -201,6 +203,14 @@ def reassignments() -> dict[str, int]:
     """Jobs moved off a worker so far, by cause (every cause present, 0 when none)."""
     counted = {row["cause"]: int(row["n"]) for row in _rows("reassignments", {})}
     return {cause: counted.get(cause, 0) for cause in REASSIGNMENT_CAUSES} | counted
+
+
+def split_counts() -> dict[str, dict[str, int]]:
+    """{"chunks": {state: n}, "chunks_ended_24h": {state: n}, "stitch_failures_24h": {reason: n}}."""
+    out: dict[str, dict[str, int]] = {"chunks": {}, "chunks_ended_24h": {}, "stitch_failures_24h": {}}
+    for row in _rows("split_counts", {}):
+        out[row["what"]][row["state"]] = int(row["n"])
+    return out
 
 
 def claim_latency_histogram(buckets: list[float]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from django.conf import settings
 from media import uploads
 from media.sources import cache as sources_cache
 from scheduler import repository
-from workers import reservation, workspaces
+from workers import reservation, scratch, workspaces
 from workers.db import DB_ERRORS, RateLimitedLog, release_connection, reset_connection, use_keeper_connection
 
 log = logging.getLogger("jetencode.worker")
@@ -73,6 +73,8 @@ class Maintenance(threading.Thread):
         next_sample = now + random.uniform(0, min(timing.sample_interval, 5.0))
         next_purge = now + random.uniform(30.0, 90.0)  # not every worker at the same second after a deploy
         next_sweep = now + random.uniform(10.0, 60.0)
+        scratch_every = float(settings.SCRATCH_SWEEP_SECONDS)
+        next_scratch = now + random.uniform(0.0, min(scratch_every, 10.0))
         while not self.stop_event.is_set():
             # A step that fails is tried again an interval later, as one that is not due yet.
             retry = time.monotonic() + timing.recovery_interval
@@ -91,9 +93,14 @@ class Maintenance(threading.Thread):
             if now >= next_sweep:
                 next_sweep = now + SWEEP_EVERY if self._step("workspaces", self.sweep_workspaces) else retry
                 self._step("sources", self.sweep_sources)
+            if now >= next_scratch:
+                next_scratch = now + scratch_every if self._step("scratch", self.sweep_scratch) else retry
             self.rounds += 1
             self.stop_event.wait(
-                max(0.0, min(next_recovery, next_sample, next_purge, next_sweep) - time.monotonic())
+                max(
+                    0.0,
+                    min(next_recovery, next_sample, next_purge, next_sweep, next_scratch) - time.monotonic(),
+                )
             )
 
     def _step(self, what: str, func) -> bool:
@@ -190,6 +197,17 @@ class Maintenance(threading.Thread):
                 "sources: removed %s abandoned uploads and %s cached downloads",
                 expired,
                 trimmed,
+                extra=self.worker.log_extra,
+            )
+
+    def sweep_scratch(self) -> None:
+        """The shared scratch of split jobs: every worker sweeps it (removing twice is harmless)."""
+        removed = scratch.sweep(float(settings.SCRATCH_GRACE_SECONDS))
+        if removed:
+            log.info(
+                "scratch: removed %s director%s of ended, purged or superseded jobs",
+                len(removed),
+                "y" if len(removed) == 1 else "ies",
                 extra=self.worker.log_extra,
             )
 

@@ -37,12 +37,15 @@ def _job_dirs(root: Path) -> dict[str, Path]:
     return found
 
 
-def sweep(root: Path) -> list[Path]:
-    """Remove what no stage will read again; return the directories removed."""
+def sweep(root: Path, grace_seconds: float = GRACE_SECONDS) -> list[Path]:
+    """Remove what no stage will read again; return the directories removed. Also sweeps the shared
+    scratch of split jobs (workers/scratch.py), which has the same layout."""
+    if not root.is_dir():
+        return []
     job_dirs = _job_dirs(root)
     if not job_dirs:
         return []
-    fates = queries.workspace_fates(list(job_dirs), GRACE_SECONDS)
+    fates = queries.workspace_fates(list(job_dirs), grace_seconds)
     removed = []
     for job_id, path in job_dirs.items():
         fate = fates.get(job_id)

@@ -19,6 +19,7 @@ from dashboard.views.common import cheap_page_of, is_partial, operator_required,
 from media.jobtypes import JOB_TYPES
 from media.models import MediaAsset
 from media.quality import job_quality
+from media.split_job import chunk_grid, job_split, progress_note
 from media.submission import ValidationError as JobValidationError
 from media.submission import create_job
 from scheduler import queries
@@ -160,7 +161,7 @@ def job_context(job: Job) -> dict:
                 t.task_type
                 for t in tasks
                 if t.state == "failed"
-                and t.placement != "cluster"
+                and t.task_type != "webhook"
                 and t.execution_id == schedule.execution_id
             ),
             None,
@@ -170,6 +171,7 @@ def job_context(job: Job) -> dict:
         "log_sig": f"{len(job.log)}:{stage_logs[-1]['task_id'] if stage_logs else 0}:{len(stage_logs)}:{stage_logs[-1]['at'].timestamp() if stage_logs else 0}",
         "outputs_sig": ",".join(f"{o.id}" for o in outputs),
         **quality_context(job),
+        **split_context(job),
     }
 
 
@@ -180,6 +182,24 @@ def quality_context(job: Job) -> dict:
         "quality": measured,
         "quality_chart": bitrate_vmaf_chart(measured),
         "quality_sig": str(zlib.crc32(json.dumps(measured, sort_keys=True).encode())) if measured else "none",
+    }
+
+
+def split_context(job: Job) -> dict:
+    """A split transcode's plan, chunk grid and progress note for partials/job_split.html."""
+    split = job_split(job.id)
+    grid = chunk_grid(job.id) if split else None
+    if grid and split:
+        frames = {c["index"]: c["last_frame"] - c["first_frame"] + 1 for c in split["chunks"]}
+        for row in grid["rows"]:
+            row["frames"] = frames.get(row["index"])
+    note = progress_note(job.id) if split else None
+    state = json.dumps([split, grid, note], sort_keys=True, default=str)
+    return {
+        "split": split,
+        "split_grid": grid,
+        "progress_note": note,
+        "split_sig": str(zlib.crc32(state.encode())),
     }
 
 

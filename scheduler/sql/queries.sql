@@ -6,7 +6,7 @@
 -- else targeted; NULL = pending) and in claim order within a group. include_finished (used with
 -- job_id) builds the same entry for a job that has left the queue, e.g. after a cancel. The representative task is the
 -- running one, else the next in claim order, else the failed one. waiting_reason is derived from the
--- same predicates the claim applies.
+-- same predicates the claim applies. chunks: a split job's chunks (total, done, running per worker).
 SELECT
   j.id AS job_id, j.type, NULLIF(s.group_key, '') AS "group", rt.task_type AS stage, j.status AS state,
   rt.state AS task_state, s.priority, s.position, s.required_worker_uid, s.assigned_worker_uid, s.paused,
@@ -90,13 +90,26 @@ SELECT
   (SELECT row_to_json(r)::text FROM (
      SELECT x.id, x.job_id, x.state, x.worker_uid, x.generation, x.last_error, x.provision_attempts,
             x.created_at, x.requested_at, x.bound_at, x.ended_at, x.updated_at
-       FROM queue_reservations x WHERE x.id = s.reservation_id) r) AS reservation
+       FROM queue_reservations x WHERE x.id = s.reservation_id) r) AS reservation,
+  -- A split transcode is one entry: its chunks counted, and how many run on which worker.
+  (SELECT CASE WHEN c.total > 0 THEN jsonb_build_object('total', c.total, 'done', c.done,
+                                                        'running', coalesce(c.running, '{}'::jsonb)) END
+     FROM (SELECT count(DISTINCT q.payload -> 'chunk' ->> 'index') AS total,
+                  count(DISTINCT q.payload -> 'chunk' ->> 'index') FILTER (WHERE q.state = 'completed') AS done,
+                  (SELECT jsonb_object_agg(r.claimed_by, r.n)
+                     FROM (SELECT q2.claimed_by, count(*) AS n FROM queue_tasks q2
+                            WHERE q2.job_id = s.job_id AND q2.execution_id = s.execution_id
+                              AND q2.task_type = 'transcode.chunk' AND q2.state = 'running'
+                            GROUP BY q2.claimed_by) r) AS running
+             FROM queue_tasks q
+            WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id AND q.task_type = 'transcode.chunk') c
+  ) AS chunks
 FROM job_schedule s
 JOIN jobs j ON j.id = s.job_id
 LEFT JOIN LATERAL (
   SELECT q.task_type, q.state, q.attempt, q.max_attempts, q.available_at, q.pool, q.resource_category, q.vram_mb
     FROM queue_tasks q
-   WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id AND q.placement <> 'cluster'
+   WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id AND q.task_type <> 'webhook'
    ORDER BY CASE q.state WHEN 'running' THEN 0 WHEN 'pending' THEN 1 WHEN 'retry_wait' THEN 1
                          WHEN 'blocked' THEN 2 WHEN 'failed' THEN 3 ELSE 4 END,
             q.available_at, q.created_at, q.id
@@ -241,6 +254,26 @@ SELECT r.key AS cause, r.value::bigint AS n
   FROM queue_scheduler_state st, jsonb_each_text(st.reassignments) r
  WHERE st.id = 1;
 
+-- name: split_counts
+-- Split transcodes for /metrics: unfinished chunks by state; chunks that ended in the last 24 hours
+-- by state (the finished-at index); chunks the stitches of the last 24 hours sent back for a wrong
+-- frame count, and stitch attempts that failed.
+SELECT 'chunks' AS what, state, count(*) AS n
+  FROM queue_tasks WHERE task_type = 'transcode.chunk' AND state IN ('pending', 'running', 'retry_wait', 'blocked')
+ GROUP BY state
+UNION ALL
+SELECT 'chunks_ended_24h', state, count(*)
+  FROM queue_tasks WHERE finished_at > now() - interval '24 hours' AND task_type = 'transcode.chunk'
+ GROUP BY state
+UNION ALL
+SELECT 'stitch_failures_24h', 'chunk_mismatch', coalesce(sum(jsonb_array_length(result -> 'redo')), 0)
+  FROM queue_tasks WHERE finished_at > now() - interval '24 hours' AND task_type = 'transcode.stitch'
+   AND jsonb_typeof(result -> 'redo') = 'array'
+UNION ALL
+SELECT 'stitch_failures_24h', 'stitch_failed', count(*)
+  FROM queue_tasks WHERE finished_at > now() - interval '24 hours' AND task_type = 'transcode.stitch'
+   AND state = 'failed';
+
 -- name: claim_latency_histogram
 -- Cumulative bucket counts of (claim time - time the task became runnable) for tasks claimed in
 -- the last five minutes: running ones and ones that have finished since (both reachable through
@@ -301,7 +334,7 @@ SELECT j.id, j.type, j.status, j.progress, coalesce(s.priority, j.priority) AS p
        CASE WHEN %(with_category)s THEN coalesce(
          s.required_category,
          (SELECT t.resource_category FROM queue_tasks t
-           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           WHERE t.job_id = j.id AND t.task_type <> 'webhook'
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') END AS category
@@ -314,11 +347,11 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(uses_category)s::text IS NULL OR j.resource_category = %(uses_category)s
        OR s.required_category = %(uses_category)s
        OR j.id IN (SELECT t.job_id FROM queue_tasks t
-                    WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
+                    WHERE t.resource_category = %(uses_category)s AND t.task_type <> 'webhook'))
   AND (%(category)s::text IS NULL OR coalesce(
          s.required_category,
          (SELECT t.resource_category FROM queue_tasks t
-           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           WHERE t.job_id = j.id AND t.task_type <> 'webhook'
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') = %(category)s)
@@ -340,11 +373,11 @@ WHERE (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(uses_category)s::text IS NULL OR j.resource_category = %(uses_category)s
        OR s.required_category = %(uses_category)s
        OR j.id IN (SELECT t.job_id FROM queue_tasks t
-                    WHERE t.resource_category = %(uses_category)s AND t.placement <> 'cluster'))
+                    WHERE t.resource_category = %(uses_category)s AND t.task_type <> 'webhook'))
   AND (%(category)s::text IS NULL OR coalesce(
          s.required_category,
          (SELECT t.resource_category FROM queue_tasks t
-           WHERE t.job_id = j.id AND t.placement <> 'cluster'
+           WHERE t.job_id = j.id AND t.task_type <> 'webhook'
            ORDER BY CASE t.resource_category WHEN 'gpu_ai' THEN 2 WHEN 'gpu_encode' THEN 1 ELSE 0 END DESC
            LIMIT 1),
          'cpu') = %(category)s);
@@ -357,16 +390,16 @@ FROM job_schedule WHERE job_id = %(job_id)s;
 
 -- name: failed_stages
 -- The task type of the failed stage of each of the given jobs, in the job's current execution (a
--- cluster task, i.e. a webhook, never speaks for its job); the latest to fail when several did.
+-- webhook never speaks for its job); the latest to fail when several did.
 SELECT DISTINCT ON (t.job_id) t.job_id, t.task_type
 FROM queue_tasks t
 JOIN job_schedule s ON s.job_id = t.job_id AND s.execution_id = t.execution_id
-WHERE t.job_id = ANY (%(ids)s::uuid[]) AND t.state = 'failed' AND t.placement <> 'cluster'
+WHERE t.job_id = ANY (%(ids)s::uuid[]) AND t.state = 'failed' AND t.task_type <> 'webhook'
 ORDER BY t.job_id, t.finished_at DESC NULLS LAST, t.id DESC;
 
 -- name: job_tasks
 -- One job's tasks in delivery order (execution, then creation): all executions or one
--- (execution_id), webhook deliveries (cluster placement) included or not, at most `limit` (NULL:
+-- (execution_id), webhook deliveries included or not (with_cluster), at most `limit` (NULL:
 -- all); payload, result and progress detail only when full (else NULL: the dashboard's timeline).
 SELECT id, job_id, execution_id, task_type, placement, pool, resource_category, vram_mb, state,
        attempt, max_attempts, claimed_by, progress, last_failure, available_at, created_at,
@@ -378,7 +411,7 @@ SELECT id, job_id, execution_id, task_type, placement, pool, resource_category, 
 FROM queue_tasks
 WHERE job_id = %(job_id)s
   AND (%(execution_id)s::int IS NULL OR execution_id = %(execution_id)s)
-  AND (%(with_cluster)s OR placement <> 'cluster')
+  AND (%(with_cluster)s OR task_type <> 'webhook')
 ORDER BY execution_id, created_at, id
 LIMIT %(limit)s;
 

@@ -95,7 +95,7 @@ def test_unknown_jobs_are_404_and_jobs_that_cannot_be_dedicated_are_409(operator
     running = str(enqueue(priority=5))
     assert str(claim(worker).job_id) == running
     targeted = str(enqueue(required_worker_uid=worker[0]))
-    split = str(enqueue(params={"split": True}))
+    split = str(enqueue(params={"split": "chunks"}))
     finished = str(enqueue())
     repository.cancel(finished)
     for job, why in (

@@ -122,3 +122,46 @@ def test_every_job_type_has_a_plan_naming_its_stages():
             assert plan is not None, f"{name} has no progress plan in 15_progress.sql"
             assert set(plan) == {"dispatch", *job_type.stages[1:]} | ({"noop"} if name == "noop" else set())
             assert all(share > 0 for share in plan.values()), name
+
+
+def chunk(index, seconds=10.0):
+    payload = {"chunk": {"index": index}, "duration": seconds, "width": 1280, "height": 720, "scratch": True}
+    return repository.Child("transcode.chunk", payload, placement="cluster")
+
+
+def test_a_split_transcode_counts_frames_across_chunks_and_a_restarted_chunk_gives_them_back(
+    viewer_api, enqueue, worker
+):
+    """Issue 33: chunks count in the renditions' share by their frames, on any worker; a chunk that
+    starts over gives its frames back, so the job's progress goes down, and the detail says why."""
+    job = enqueue("transcode", {"input": "videos/demo.mp4", "quality_metrics": []})
+    dispatch = lease_of(claim(worker), worker)
+    children = [chunk(0, 30.0), chunk(1, 10.0), repository.Child("transcode.thumbnail", {"duration": 40.0})]
+    children.append(
+        repository.Child("transcode.stitch", {"duration": 40.0}, pool="background", wait_for_siblings=True)
+    )
+    children = [
+        repository.Child(
+            c.task_type, c.payload, placement="cluster", pool=c.pool, wait_for_siblings=c.wait_for_siblings
+        )
+        for c in children
+    ]
+    assert repository.finish(dispatch, children=children).outcome == "completed"
+    # Every stage is cluster: the job left its dispatching worker's group.
+    assert viewer_api.get(f"/v2/jobs/{job}").json()["queue"]["group"] is None
+    long_chunk, short_chunk = (lease_of(claim(worker), worker) for _ in range(2))
+    repository.report_progress(long_chunk, 80.0)
+    repository.report_progress(short_chunk, 100.0)
+    # chunks (3 × 80 + 1 × 100) / 4 = 85 % of the renditions' 75 % share, + the dispatch's 5 %
+    before = progress_everywhere(viewer_api, job)
+    assert before == 68
+    # The long chunk's attempt fails (its worker lost it): it starts over and its frames go back.
+    assert repository.fail(long_chunk, "lease expired", retryable=True).outcome == "retry_wait"
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE queue_tasks SET available_at = now() WHERE id = %s", [long_chunk.task_id])
+    again = lease_of(claim(worker), worker)
+    assert again.task_id == long_chunk.task_id
+    repository.report_progress(again, 10.0)
+    after = progress_everywhere(viewer_api, job)
+    assert after == 5 + int(75 * (3 * 10 + 1 * 100) / 4 / 100) < before
+    assert "chunk 0 restarted" in viewer_api.get(f"/v2/jobs/{job}").json()["progress_note"]

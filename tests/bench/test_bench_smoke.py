@@ -101,3 +101,43 @@ def test_the_failover_bench_predicts_and_analyses_its_timings():
     rows = failover.table_rows(out)
     assert rows[0][0] == "(7) failover timings" and "reassignment after 10 s" in rows[0][2]
     assert rows[1][1] == "p50 10.20 / p99 10.59 s (n=3)" and "predicted 9-11.6 s, all within" in rows[1][2]
+
+
+@pytest.mark.timeout(400)
+def test_the_split_bench_runs_unsplit_and_split_and_compares_them(tmp_path):
+    """`python -m bench --smoke --only split`: a tiny source, unsplit on one worker then split on
+    1, 2 (and N) pinned workers; every run compared with the unsplit one (no timing asserted)."""
+    database = f"jetencode_bench_split_{os.getpid()}"
+    output = tmp_path / "split.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--smoke",
+            "--only",
+            "split",
+            "--database",
+            database,
+            "--output",
+            str(output),
+        ],
+        cwd=ROOT,
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=390,
+        check=False,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    result = json.loads(output.read_text())["results"]["split"]
+    assert result["shape"] == "smoke" and result["mismatches"] == 0
+    assert result["unsplit"]["wall_seconds"] > 0 and set(result["unsplit"]["renditions"]) == {"180p", "144p"}
+    assert [run["workers"] for run in result["split"]] == sorted(
+        {1, min(2, result["cores"]), result["cores"]}
+    )
+    for run in result["split"]:
+        assert run["speedup"] > 0 and run["busy_seconds"]["encoding"] > 0 and run["scratch_bytes"] > 0
+        assert abs(run["180p_vmaf_delta"]) < 5 and 0.8 < run["180p_bitrate_ratio"] < 1.2
+        assert 0 < run["overhead_share"] < 1 and run["tail_seconds"] is not None
+    assert "(12) split on" in proc.stdout

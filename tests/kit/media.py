@@ -68,17 +68,19 @@ class Clips:
 
 @dataclass(frozen=True)
 class MediaRoots:
-    """A private media root, output root and workspace root (JETENCODE_MEDIA_ROOT, _OUTPUT_ROOT,
-    _WORKSPACE_ROOT for a worker; MEDIA_ROOT_DIR, OUTPUT_ROOT_DIR, WORKSPACE_ROOT_DIR here)."""
+    """A private media root, output root, workspace root and scratch (JETENCODE_MEDIA_ROOT,
+    _OUTPUT_ROOT, _WORKSPACE_ROOT, _SCRATCH_ROOT for a worker; MEDIA_ROOT_DIR, OUTPUT_ROOT_DIR,
+    WORKSPACE_ROOT_DIR, SCRATCH_ROOT_DIR here)."""
 
     media: Path
     outputs: Path
     workspace: Path
+    scratch: Path  # the shared scratch of split jobs (JETENCODE_SCRATCH_ROOT)
 
     @classmethod
     def under(cls, base: Path) -> MediaRoots:
-        roots = cls((base / "media").resolve(), (base / "outputs").resolve(), (base / "workspace").resolve())
-        for path in (roots.media, roots.outputs, roots.workspace):
+        roots = cls(*((base / name).resolve() for name in ("media", "outputs", "workspace", "scratch")))
+        for path in (roots.media, roots.outputs, roots.workspace, roots.scratch):
             path.mkdir(parents=True, exist_ok=True)
         return roots
 
@@ -109,6 +111,7 @@ class MediaRoots:
             "JETENCODE_MEDIA_ROOT": str(self.media),
             "JETENCODE_OUTPUT_ROOT": str(self.outputs),
             "JETENCODE_WORKSPACE_ROOT": str(self.workspace),
+            "JETENCODE_SCRATCH_ROOT": str(self.scratch),
         }
 
     def settings(self, **jetencode):
@@ -118,6 +121,74 @@ class MediaRoots:
             MEDIA_ROOT_DIR=self.media,
             OUTPUT_ROOT_DIR=self.outputs,
             WORKSPACE_ROOT_DIR=self.workspace,
+            SCRATCH_ROOT_DIR=self.scratch,
             S3_BUCKET="",
             JETENCODE={**django_settings.JETENCODE, **jetencode},
         )
+
+
+def split_source(
+    dst: Path,
+    *,
+    fps: str = "25",
+    seconds: float = 3.0,
+    audio_seconds: float | None = None,
+    size: str = "160x90",
+    cut_at: float | None = None,
+    ffmpeg: str | None = None,
+) -> list[str]:
+    """A source made to be hard to split (the split tests, tests/media/test_split_*.py): H.264 with
+    B-frames and open GOPs whose keyframes (every 40 frames) fall anywhere in a chunk, at `fps`
+    ("25", "30000/1001"); `cut_at` seconds into it a hard cut from testsrc2 to smptebars;
+    `audio_seconds` of 48 kHz AAC (longer than the video when above `seconds`), or no audio."""
+    argv = [ffmpeg or ffmpeg_path(), "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
+    if cut_at is None:
+        graph = f"testsrc2=size={size}:rate={fps}:duration={seconds}[v]"
+    else:
+        graph = (
+            f"testsrc2=size={size}:rate={fps}:duration={cut_at}[a];"
+            f"smptebars=size={size}:rate={fps}:duration={seconds - cut_at}[b];[a][b]concat=n=2:v=1:a=0[v]"
+        )
+    maps = ["-map", "[v]"]
+    if audio_seconds:
+        graph += f";sine=frequency=440:sample_rate=48000:duration={audio_seconds}[s]"
+        maps += ["-map", "[s]"]
+    argv += ["-filter_complex", graph, *maps, "-c:v", "libx264", "-preset", "veryfast", "-bf", "3"]
+    argv += ["-x264-params", "keyint=40:min-keyint=40:scenecut=0:open-gop=1", "-pix_fmt", "yuv420p"]
+    argv += ["-c:a", "aac", "-b:a", "64k"] if audio_seconds else ["-an"]
+    return argv + [str(dst)]
+
+
+def run_all(argvs: list[list[str]], timeout: float = 120) -> None:
+    """Run FFmpeg argvs in parallel; each must succeed."""
+    procs = [
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for argv in argvs
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err.decode(errors="replace")
+
+
+def frame_hashes(path: Path, ffmpeg: str | None = None) -> list[str]:
+    """The MD5 of every decoded video frame's visible pixels (FFmpeg's framemd5), in order."""
+    out = subprocess.run(
+        [
+            ffmpeg or ffmpeg_path(),
+            "-nostdin",
+            "-v",
+            "error",
+            "-i",
+            str(path),
+            "-map",
+            "0:v:0",
+            "-f",
+            "framemd5",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    return [line.rsplit(",", 1)[-1].strip() for line in out.splitlines() if line and not line.startswith("#")]

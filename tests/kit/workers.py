@@ -59,6 +59,7 @@ def worker_environment(database_url: str, base: Path, **extra: str) -> dict[str,
             "JETENCODE_MEDIA_ROOT": str(base / "media"),
             "JETENCODE_OUTPUT_ROOT": str(base / "outputs"),
             "JETENCODE_WORKSPACE_ROOT": str(base / "workspace"),
+            "JETENCODE_SCRATCH_ROOT": str(base / "scratch"),
             "JETENCODE_EXTRA_STAGE_MODULES": str(TEST_STAGES),
             # This process's var dir: its secret key exists already, so workers starting together
             # do not race to create one.

@@ -80,9 +80,11 @@ def test_dedicating_is_idempotent_and_refused_where_it_cannot_apply(make_worker_
     assert claim(worker).job_id == running
     with pytest.raises(repository.ActionNotAllowed, match="running"):
         repository.reserve_job(running)
-    split = enqueue(params={"split": {"chunk_seconds": 10}})
+    split = enqueue(params={"split": "chunks", "chunk_seconds": 10})
     with pytest.raises(repository.ActionNotAllowed, match="split across the farm"):
         repository.reserve_job(split)
+    # `auto` is decided at the dispatch, which keeps a dedicated job whole (workers/stages/split.py).
+    assert repository.reserve_job(enqueue(params={"split": "auto"}))
     repository.cancel(split)
     with pytest.raises(repository.ActionNotAllowed, match="cancelled"):
         repository.reserve_job(split)

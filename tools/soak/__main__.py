@@ -57,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="scale the retry backoff in the soak database (0.1 = 1.5 s instead of 15 s)",
     )
     parser.add_argument("--max-seconds", type=float, default=1.5, help="longest noop sleep (default 1.5)")
+    parser.add_argument(
+        "--split-jobs",
+        type=int,
+        default=0,
+        help="of the jobs, this many are split transcodes of a small generated clip (default 0)",
+    )
     parser.add_argument("--keep-database", action="store_true", help="do not drop the scratch database")
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs even when all passed")
     parser.add_argument("--json", dest="json_path", help="also write the report as JSON to this file")
@@ -85,6 +91,7 @@ def soak_config(args: argparse.Namespace):
         retry_delay_scale=args.retry_delay_scale,
         max_seconds=args.max_seconds,
         keep_logs=args.keep_logs,
+        split_jobs=args.split_jobs,
     )
 
 

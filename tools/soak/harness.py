@@ -64,6 +64,9 @@ class SoakConfig:
     max_fail_attempts: int = 2
     max_children: int = 3
     max_attempts: tuple[int, int] = (1, 5)
+    # Of the jobs, this many are split transcodes (issue 33) of a generated 8 s clip: four chunks
+    # each, on any worker, through the same faults (the workers then need FFmpeg).
+    split_jobs: int = 0
     # The actors.
     faults: bool = True
     fault_interval: float = 1.5  # mean seconds between two faults
@@ -151,7 +154,8 @@ class SoakReport:
     def _header_lines(self) -> list[str]:
         c = self.config
         return [
-            f"JetEncode soak: {c['workers']} workers x {c['concurrency']} slots, {self.jobs_enqueued} noop jobs, "
+            f"JetEncode soak: {c['workers']} workers x {c['concurrency']} slots, {self.jobs_enqueued} jobs "
+            f"({c.get('split_jobs') or 0} of them split transcodes, the rest noop), "
             f"{self.load_seconds:.0f}s load + {self.drain_seconds:.0f}s drain (seed {self.seed})",
             f"  database      {self.database}",
             f"  timings       lease {c['lease']:g}s, heartbeat {c['heartbeat']:g}s, recovery every "
@@ -433,11 +437,45 @@ def _worker_env(config: SoakConfig, database_url: str, workdir: Path) -> dict[st
             "JETENCODE_SHUTDOWN_GRACE_SECONDS": str(config.shutdown_grace),
             "JETENCODE_OUTPUT_ROOT": str(workdir / "outputs"),
             "JETENCODE_WORKSPACE_ROOT": str(workdir / "workspace"),
+            "JETENCODE_MEDIA_ROOT": str(workdir / "media"),
+            "JETENCODE_SCRATCH_ROOT": str(workdir / "scratch"),
+            "JETENCODE_SCRATCH_SWEEP_SECONDS": "2",
+            "JETENCODE_SCRATCH_GRACE_SECONDS": "0",
             "JETENCODE_LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
         }
     )
     return env
+
+
+SPLIT_CLIP = "soak/split.mp4"
+SPLIT_PARAMS = {
+    "input": SPLIT_CLIP,
+    "split": "chunks",
+    "chunk_seconds": 2,
+    "ladder": [{"height": 144}],
+    "quality_metrics": [],
+    "preset": "ultrafast",
+}
+
+
+def make_split_clip(workdir: Path) -> None:
+    """The split jobs' source: 8 s of 320x180 at 25 fps with audio, under the workers' media root."""
+    import subprocess
+
+    from media import commands
+
+    dest = workdir / "media" / SPLIT_CLIP
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    argv = commands.synthetic_clip(dest, width=320, height=180, seconds=8.0, fps=25, audio=True)
+    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+
+
+def _split_job(rng: random.Random, config: SoakConfig) -> repository.NewJob:
+    """A split transcode (all its stages `cluster`: any worker, chunks lost with their worker)."""
+    return repository.NewJob(
+        "transcode", dict(SPLIT_PARAMS), priority=rng.choice([0, 1]), max_attempts=5, timeout_seconds=300
+    )
 
 
 def _new_job(rng: random.Random, config: SoakConfig) -> repository.NewJob:
@@ -506,6 +544,8 @@ class SoakRun:
             ),
         )
         env = _worker_env(config, database_url, self.workdir)
+        if config.split_jobs:
+            make_split_clip(self.workdir)
         self.workers = [
             WorkerProcess(
                 f"soak-{i + 1}",
@@ -712,7 +752,8 @@ def _load(config: SoakConfig, rng: random.Random, enqueued: list[Any], started: 
         elapsed = time.monotonic() - started
         due = max(burst, math.ceil(config.jobs * min(1.0, elapsed / max(config.duration, 0.001))))
         while len(enqueued) < min(due, config.jobs):
-            job = _new_job(rng, config)
+            every = config.jobs // config.split_jobs if config.split_jobs else 0
+            job = _split_job(rng, config) if every and len(enqueued) % every == 0 else _new_job(rng, config)
             try:
                 enqueued.append(repository.enqueue_job(job, stale_seconds=60))
             except _connection_errors():

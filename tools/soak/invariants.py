@@ -104,7 +104,7 @@ def jobs_not_lost(cursor, expected_job_ids: Iterable[Any] | None = None) -> Inva
       UNION ALL
       SELECT j.id, 'no task in its current execution' FROM jobs j JOIN job_schedule s ON s.job_id = j.id
        WHERE NOT EXISTS (SELECT 1 FROM queue_tasks q WHERE q.job_id = j.id AND q.execution_id = s.execution_id
-                                                     AND q.placement <> 'cluster')
+                                                     AND q.task_type <> 'webhook')
     """
     return _result(
         cursor,
@@ -123,7 +123,7 @@ def no_task_lost(cursor) -> InvariantResult:
       SELECT q.id, q.state, j.status FROM queue_tasks q
         JOIN jobs j ON j.id = q.job_id JOIN job_schedule s ON s.job_id = q.job_id
        WHERE q.state NOT IN ('completed', 'failed', 'cancelled')
-         AND NOT (j.status = 'failed' AND q.execution_id = s.execution_id AND q.placement <> 'cluster'
+         AND NOT (j.status = 'failed' AND q.execution_id = s.execution_id AND q.task_type <> 'webhook'
                   AND q.state IN ('pending', 'retry_wait', 'blocked'))
        ORDER BY q.id
     """
@@ -160,7 +160,7 @@ def job_status_matches_tasks(cursor) -> InvariantResult:
                count(q.id) FILTER (WHERE q.state = 'running') AS running,
                count(q.id) FILTER (WHERE q.state IN ('pending', 'retry_wait', 'blocked')) AS waiting
           FROM jobs j JOIN job_schedule s ON s.job_id = j.id
-          LEFT JOIN queue_tasks q ON q.job_id = j.id AND q.execution_id = s.execution_id AND q.placement <> 'cluster'
+          LEFT JOIN queue_tasks q ON q.job_id = j.id AND q.execution_id = s.execution_id AND q.task_type <> 'webhook'
          GROUP BY j.id, j.status, s.cancel_requested_at)
       SELECT id, status, total, completed, failed, running, waiting FROM t
        WHERE (status = 'completed' AND (total = 0 OR completed <> total))
@@ -454,7 +454,7 @@ def no_write_to_superseded_execution(cursor) -> InvariantResult:
     job's schedule row before they write their audit row, and the move itself locks that row too, so
     the first audit row of execution e+1 comes after the move has committed, and any accepted write
     of execution e after it is one the fence let through although the execution had changed.
-    Webhook deliveries (cluster placement) are left out: they report a status the job had, and may
+    Webhook deliveries are left out: they report a status the job had, and may
     be delivered after it moved on."""
     query = """
       WITH firsts AS (
@@ -463,7 +463,7 @@ def no_write_to_superseded_execution(cursor) -> InvariantResult:
       SELECT a.task_id, a.id, a.operation || ' accepted in execution ' || a.execution_id
                               || ' after execution ' || f.execution_id || ' began'
         FROM queue_fence_audit a
-        JOIN queue_tasks q ON q.id = a.task_id AND q.placement <> 'cluster'
+        JOIN queue_tasks q ON q.id = a.task_id AND q.task_type <> 'webhook'
         JOIN LATERAL (SELECT f.execution_id FROM firsts f
                        WHERE f.job_id = a.job_id AND f.execution_id > a.execution_id AND f.first_id < a.id
                        ORDER BY f.first_id LIMIT 1) f ON true
@@ -472,7 +472,7 @@ def no_write_to_superseded_execution(cursor) -> InvariantResult:
       SELECT q.id, NULL, 'task of superseded execution ' || q.execution_id || ' (now ' || s.execution_id
                          || ') is ' || q.state
         FROM queue_tasks q JOIN job_schedule s ON s.job_id = q.job_id
-       WHERE q.execution_id < s.execution_id AND q.placement <> 'cluster'
+       WHERE q.execution_id < s.execution_id AND q.task_type <> 'webhook'
          AND q.state NOT IN ('completed', 'cancelled')
        ORDER BY 1
     """
@@ -483,7 +483,7 @@ def no_write_to_superseded_execution(cursor) -> InvariantResult:
         query,
         (),
         "SELECT count(*) FROM queue_tasks q JOIN job_schedule s ON s.job_id = q.job_id "
-        "WHERE q.execution_id < s.execution_id AND q.placement <> 'cluster'",
+        "WHERE q.execution_id < s.execution_id AND q.task_type <> 'webhook'",
     )
 
 
@@ -518,6 +518,33 @@ def outputs_published_once(cursor) -> InvariantResult:
 # ---- all of them ------------------------------------------------------------------------------------
 
 
+def split_jobs_whole(cursor) -> InvariantResult:
+    """A completed split transcode (issue 33) had every chunk of its final execution encoded and
+    accepted, and published its renditions: nothing was stitched from a missing or lost chunk."""
+    query = """
+      WITH split AS (
+        SELECT q.job_id, count(DISTINCT q.payload -> 'chunk' ->> 'index') AS chunks,
+               count(DISTINCT q.payload -> 'chunk' ->> 'index') FILTER (WHERE q.state = 'completed') AS done
+          FROM queue_tasks q
+          JOIN job_schedule s ON s.job_id = q.job_id AND s.execution_id = q.execution_id
+          JOIN jobs j ON j.id = q.job_id AND j.status = 'completed'
+         WHERE q.task_type = 'transcode.chunk'
+         GROUP BY q.job_id)
+      SELECT job_id, chunks, done FROM split
+       WHERE done <> chunks
+          OR NOT EXISTS (SELECT 1 FROM job_outputs o WHERE o.job_id = split.job_id AND o.name LIKE 'renditions/%%')
+       ORDER BY job_id
+    """
+    return _result(
+        cursor,
+        "split_jobs_whole",
+        "a completed split transcode had every chunk accepted and published its renditions",
+        query,
+        (),
+        "SELECT count(DISTINCT job_id) FROM queue_tasks WHERE task_type = 'transcode.chunk'",
+    )
+
+
 def check_all(
     cursor,
     *,
@@ -548,6 +575,7 @@ def check_all(
         no_stale_write_accepted(cursor, probe_violations, probe_examples),
         no_write_to_superseded_execution(cursor),
         outputs_published_once(cursor),
+        split_jobs_whole(cursor),
     ]
     return results
 
@@ -593,7 +621,7 @@ def pinned_to_departed_workers(
          WHERE j.status IN ('pending', 'retry_wait', 'paused')
            AND s.cancel_requested_at IS NULL AND s.required_worker_uid IS NULL
            AND NOT EXISTS (SELECT 1 FROM queue_tasks q WHERE q.job_id = s.job_id AND q.execution_id = s.execution_id
-                                                         AND q.state = 'running' AND q.placement <> 'cluster'))
+                                                         AND q.state = 'running' AND q.task_type <> 'webhook'))
       -- With no other worker active a drained worker's jobs wait for it (other_worker_active_v2).
       SELECT job_id, uid, current_session_id, 'draining', NULL::numeric FROM idle
        WHERE lifecycle = 'draining' AND other_worker_active_v2(uid)

@@ -4,7 +4,20 @@ Importing this package imports every handler module, so `from workers.stages imp
 gives the complete registry.
 """
 
-from workers.stages import analysis, compile, encode, library, noop, quality, transcode, webhook  # noqa: F401
+from workers.stages import (  # noqa: F401
+    analysis,
+    compile,
+    encode,
+    library,
+    noop,
+    quality,
+    split,
+    split_quality,
+    split_reencode,
+    split_stitch,
+    transcode,
+    webhook,
+)
 from workers.stages.base import HANDLERS, stage
 
 __all__ = ["HANDLERS", "stage"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from media import commands, quality
 from media.probe import MediaInfo
+from workers.stages import split, split_reencode
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,
@@ -47,18 +48,45 @@ def safe_stem(name: str, fallback: str = "video") -> str:
     return stem or fallback
 
 
+def _register(params, source, stem: str, job_id: str) -> dict:
+    """library.register's payload, less its source file, and the output's name."""
+    return {
+        "output_name": f"{stem}.mp4",
+        "path": f"{params.library_directory}/{stem}-{str(job_id)[:8]}.mp4",
+        "directory": params.library_directory,
+        "title": Path(source.rel_path).stem,
+    }
+
+
 @stage("reencode_streaming")
 def reencode_streaming(ctx: StageContext) -> dict:
     params = stage_params(ctx, "reencode_streaming")
     source = resolve_source(params, ctx)
-    staged = stage_input(ctx, source)
-    info = probe_media(staged)
+    info = probe_media(source.path)  # in place: a split job never stages its input on this worker
     choice = choose_resource(ctx)
     size = None
     short = min(info.width, info.height)
     if params.max_height and short > params.max_height:
         size = commands.fit_short_side(info.width, info.height, params.max_height)
     stem = safe_stem(source.path.name)
+    plan, record = split.try_plan(ctx, params, source.path, info)
+    if plan is not None:
+        split_reencode.spawn(
+            ctx, params, source, info, plan, choice, size, _register(params, source, stem, ctx.job_id)
+        )
+    else:
+        _spawn_encode(ctx, params, source, info, choice, size, stem)
+    ctx.progress(100.0)
+    return {
+        "source": {k: v for k, v in info.to_dict().items() if k != "path"},
+        "resource": choice.as_dict(),
+        "split": record,
+    }
+
+
+def _spawn_encode(ctx: StageContext, params, source, info, choice, size, stem: str) -> None:
+    """The unsplit path: stage the input here and encode it on this worker."""
+    staged = stage_input(ctx, source)
     measuring = None
     if params.quality_metrics:
         frames = quality.frame_count(info.duration_seconds, info.fps)
@@ -75,31 +103,26 @@ def reencode_streaming(ctx: StageContext) -> dict:
             "min_vmaf": params.min_vmaf,
             "n_subsample": n_subsample,
         }
+    register = _register(params, source, stem, ctx.job_id)
+    payload = {
+        "quality": measuring,
+        "input": workspace_rel(ctx, staged),
+        "encoder": choice.encoder,
+        "preset": params.preset,
+        "crf": params.crf,
+        "target_bitrate_kbps": params.target_bitrate_kbps,
+        "audio_bitrate_kbps": params.audio_bitrate_kbps,
+        "size": list(size) if size else None,
+        "duration": info.duration_seconds,
+        "output_name": register["output_name"],
+        "library_path": register["path"],
+        "library_directory": params.library_directory,
+        "title": register["title"],
+        "source_video_id": source.video_id,
+    }
     ctx.spawn_child(
-        child(
-            "reencode_streaming.encode",
-            {
-                "quality": measuring,
-                "input": workspace_rel(ctx, staged),
-                "encoder": choice.encoder,
-                "preset": params.preset,
-                "crf": params.crf,
-                "target_bitrate_kbps": params.target_bitrate_kbps,
-                "audio_bitrate_kbps": params.audio_bitrate_kbps,
-                "size": list(size) if size else None,
-                "duration": info.duration_seconds,
-                "output_name": f"{stem}.mp4",
-                "library_path": f"{params.library_directory}/{stem}-{str(ctx.job_id)[:8]}.mp4",
-                "library_directory": params.library_directory,
-                "title": Path(source.rel_path).stem,
-                "source_video_id": source.video_id,
-            },
-            resource=choice,
-            duration=info.duration_seconds,
-        )
+        child("reencode_streaming.encode", payload, resource=choice, duration=info.duration_seconds)
     )
-    ctx.progress(100.0)
-    return {"source": {k: v for k, v in info.to_dict().items() if k != "path"}, "resource": choice.as_dict()}
 
 
 @stage("reencode_streaming.encode")

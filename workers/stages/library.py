@@ -28,8 +28,9 @@ from media.paths import (
     resolved_parent,
 )
 from media.probe import ASSET_FIELDS, ProbeError, probe
+from workers import scratch
 from workers.stages.base import PermanentFailure, StageContext, stage
-from workers.stages.common import child, stage_params, throttle_for, workspace_rel, ws
+from workers.stages.common import child, stage_params, throttle_for, ws
 
 VIDEO_EXTENSIONS = frozenset(
     {
@@ -272,7 +273,10 @@ def library_register(ctx: StageContext) -> dict:
     get_or_create by path, so a retry is harmless.
     """
     payload = ctx.payload
-    source = ws(ctx, payload["source"])
+    # A split reencode's file is on the shared scratch (workers/scratch.py), not in a workspace.
+    source = (
+        scratch.resolve(ctx, payload["source"]) if scratch.on_scratch(ctx) else ws(ctx, payload["source"])
+    )
     try:
         dest = resolve_media_path(payload["path"], what="library path")
     except UnsafePathError as exc:
@@ -286,7 +290,7 @@ def library_register(ctx: StageContext) -> dict:
                 _copy_into(dir_fd, dest.name, str(source))
         except UnsafePathError as exc:
             raise PermanentFailure(str(exc)) from None
-        ctx.log(f"{workspace_rel(ctx, source)} -> media root {payload['path']}")
+        ctx.log(f"{payload['source']} -> media root {payload['path']}")
     from scheduler.models import Job
 
     MediaAsset = _asset_model()

@@ -268,6 +268,62 @@ def reencode_streaming_quality(ctx: StageContext) -> dict:
 # --- per-title CRF search ----------------------------------------------------------------------
 
 
+def _search_reference(ctx: StageContext, src: Path, work: Path, windows: list, fps, name: str) -> Path:
+    """The samples of `src` the probes encode, cut once per rung and kept for a retry."""
+    reference = work / "reference.mp4"
+    if not reference.exists():
+        partial = partial_path(reference)
+        run_ffmpeg(
+            ctx,
+            quality.sample_reference_argv(src, partial, windows, fps=fps),
+            duration=sum(d for _, d in windows),
+            throttle=None,
+            what=f"search {name} samples",
+        )
+        os.replace(partial, reference)
+    return reference
+
+
+def _probe_crf(
+    ctx: StageContext,
+    reference: Path,
+    work: Path,
+    encoding,
+    crf: int,
+    sizes,
+    seconds: float,
+    n: int,
+    name: str,
+) -> tuple[dict[str, Any], float]:
+    """Encode the samples at `crf` and score them: (the probe's record, its unrounded VMAF)."""
+    from dataclasses import replace
+
+    size, source_size = sizes
+    started = time.monotonic()
+    out = work / f"crf{crf}.mp4"
+    argv = commands.encode_video(reference, out, encoding=replace(encoding, crf=crf), size=size)
+    run_ffmpeg(ctx, argv, duration=seconds, throttle=None, what=f"search {name} crf {crf}")
+    [scores] = measure(
+        ctx,
+        reference,
+        [out],
+        size=source_size,
+        metrics=["vmaf"],
+        n_subsample=n,
+        duration=seconds,
+        throttle=None,
+        what=f"search {name} vmaf crf {crf}",
+    )
+    probe = {
+        "crf": crf,
+        "vmaf": round(float(scores.vmaf), 3),
+        "bitrate_kbps": quality.video_bitrate_kbps(out),
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    out.unlink(missing_ok=True)
+    return probe, float(scores.vmaf)
+
+
 def crf_search(
     ctx: StageContext,
     src: Path,
@@ -283,24 +339,12 @@ def crf_search(
 ) -> dict[str, Any]:
     """Bisect the CRF on samples of `src` for the highest CRF whose sample VMAF >= target + margin
     (at most quality.MAX_PROBES probe encodes). Returns the search record."""
-    from dataclasses import replace
-
     started = time.monotonic()
     work = Path(ctx.workspace) / "search" / name
     work.mkdir(parents=True, exist_ok=True)
     windows = quality.sample_windows(duration)
     sample_seconds = sum(d for _, d in windows)
-    reference = work / "reference.mp4"
-    if not reference.exists():
-        partial = partial_path(reference)
-        run_ffmpeg(
-            ctx,
-            quality.sample_reference_argv(src, partial, windows, fps=fps),
-            duration=sample_seconds,
-            throttle=None,
-            what=f"search {name} samples",
-        )
-        os.replace(partial, reference)
+    reference = _search_reference(ctx, src, work, windows, fps, name)
     low, high = quality.CRF_RANGE[encoding.codec]
     # Samples that are the whole source predict the rendition exactly: no margin needed then.
     whole = len(windows) == 1 and windows[0][0] == 0
@@ -313,31 +357,12 @@ def crf_search(
     crf = quality.next_crf(tried, aim, low, high)
     while crf is not None and len(probes) < quality.MAX_PROBES:
         ctx.check_cancelled()
-        probe_started = time.monotonic()
-        out = work / f"crf{crf}.mp4"
-        argv = commands.encode_video(reference, out, encoding=replace(encoding, crf=crf), size=size)
-        run_ffmpeg(ctx, argv, duration=sample_seconds, throttle=None, what=f"search {name} crf {crf}")
-        [scores] = measure(
-            ctx,
-            reference,
-            [out],
-            size=source_size,
-            metrics=["vmaf"],
-            n_subsample=n_subsample,
-            duration=sample_seconds,
-            throttle=None,
-            what=f"search {name} vmaf crf {crf}",
+        sizes = (size, source_size)
+        probe, vmaf = _probe_crf(
+            ctx, reference, work, encoding, crf, sizes, sample_seconds, n_subsample, name
         )
-        tried[crf] = float(scores.vmaf)
-        probes.append(
-            {
-                "crf": crf,
-                "vmaf": round(float(scores.vmaf), 3),
-                "bitrate_kbps": quality.video_bitrate_kbps(out),
-                "seconds": round(time.monotonic() - probe_started, 2),
-            }
-        )
-        out.unlink(missing_ok=True)
+        probes.append(probe)
+        tried[crf] = vmaf
         throttle.update(100.0 * len(probes) / quality.MAX_PROBES)
         crf = quality.next_crf(tried, aim, low, high)
     chosen, reachable = quality.chosen_crf(tried, aim, low)
@@ -352,10 +377,15 @@ def crf_search(
         "reachable_on_samples": reachable,
         "seconds": round(time.monotonic() - started, 2),
     }
-    ctx.log(
-        f"search {name}: crf {chosen} for target VMAF {target_vmaf:g} after {len(probes)} probes "
-        f"in {record['seconds']}s: "
-        + ", ".join(f"crf {t['crf']} -> {t['vmaf']}" for t in probes)
-        + ("" if reachable else " (target not reachable on the samples: best CRF tried)")
-    )
+    _log_search(ctx, name, record)
     return record
+
+
+def _log_search(ctx: StageContext, name: str, record: dict) -> None:
+    probes = record["probes"]
+    ctx.log(
+        f"search {name}: crf {record['chosen_crf']} for target VMAF {record['target_vmaf']:g} after "
+        f"{len(probes)} probes in {record['seconds']}s: "
+        + ", ".join(f"crf {t['crf']} -> {t['vmaf']}" for t in probes)
+        + ("" if record["reachable_on_samples"] else " (target not reachable on the samples: best CRF tried)")
+    )

@@ -40,6 +40,8 @@ from media.hls import (
 from media.jobtypes import JOB_TYPES, ResourceChoice
 from media.params import TranscodeParams
 from media.probe import probe
+from workers import scratch
+from workers.stages import split, split_encode
 from workers.stages.base import ChildSpec, PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,
@@ -229,23 +231,10 @@ def _quality_child(
     )
 
 
-@stage("transcode")
-def transcode(ctx: StageContext) -> dict:
-    params = stage_params(ctx, "transcode")
-    source = resolve_source(params, ctx)
-    ctx.check_cancelled()
-    staged = stage_input(ctx, source)
-    ctx.progress(40.0)
-    info = probe_media(staged)
-    ctx.log(
-        f"source: {info.width}x{info.height} {info.fps} fps {info.video_codec}/{info.audio_codec or '-'} "
-        f"{info.duration_seconds:.2f}s"
-    )
-    choice = choose_resource(ctx)
+def _place_ladder(ctx: StageContext, params: TranscodeParams, info, choice: ResourceChoice) -> list:
+    """(rung, size, resource) per rung of the ladder, largest first."""
     requested = [r.model_dump() for r in params.ladder] if params.ladder else None
     ladder = ladder_for(min(info.width, info.height), requested)
-    staged_rel = workspace_rel(ctx, staged)
-    duration = info.duration_seconds
     codecs = {r.height: r.codec for r in params.ladder or [] if r.codec}
     placed = []
     for rung in ladder:
@@ -254,11 +243,17 @@ def transcode(ctx: StageContext) -> dict:
         rung["codec"] = codecs.get(rung["height"], params.codec)
         rung["encoder"], rung_choice = rung_encoding(ctx, rung["codec"], choice)
         placed.append((rung, size, rung_choice))
+    return placed
+
+
+def _spawn_unsplit(ctx: StageContext, params: TranscodeParams, info, staged_rel: str, placed: list) -> None:
+    """Today's path: renditions, thumbnail and measuring/packaging on this worker (placement job)."""
+    ladder = [rung for rung, _size, _choice in placed]
     writer, sample = _sample_writer(params, ladder, info)
     for rung, size, rung_choice in placed:
         mine = sample if rung["name"] == writer else None
         ctx.spawn_child(_rendition_child(params, rung, size, staged_rel, rung_choice, info, mine))
-    ctx.spawn_child(_thumbnail_child(params, staged_rel, duration))
+    ctx.spawn_child(_thumbnail_child(params, staged_rel, info.duration_seconds))
     if params.quality_metrics:
         ctx.log(
             f"reference sample: {sample['frames']} frames, written by rendition {writer}"
@@ -267,8 +262,38 @@ def transcode(ctx: StageContext) -> dict:
         )
         ctx.spawn_child(_quality_child(params, ladder, staged_rel, info, sample))
     else:
-        ctx.spawn_child(_package_child(params, ladder, duration))
+        ctx.spawn_child(_package_child(params, ladder, info.duration_seconds))
+
+
+def _spawn_split(ctx: StageContext, params: TranscodeParams, info, source, plan, placed: list) -> None:
+    """The split path: every stage after this one on any worker (workers/stages/split.py)."""
+    rungs = []
+    for rung, size, rung_choice in placed:
+        crf = crf_for_codec(rung["codec"], params.crf)
+        rungs.append((split.rung_payload(params, rung, size, crf), rung_choice))
+    split.spawn_split(ctx, params, source.rel_path, info, plan, rungs)
+
+
+@stage("transcode")
+def transcode(ctx: StageContext) -> dict:
+    params = stage_params(ctx, "transcode")
+    source = resolve_source(params, ctx)
+    ctx.check_cancelled()
+    info = probe_media(source.path)  # in place: a split job never stages its input on this worker
+    ctx.log(
+        f"source: {info.width}x{info.height} {info.fps} fps {info.video_codec}/{info.audio_codec or '-'} "
+        f"{info.duration_seconds:.2f}s"
+    )
+    plan, record = split.try_plan(ctx, params, source.path, info)
+    choice = choose_resource(ctx)
+    placed = _place_ladder(ctx, params, info, choice)
+    if plan is not None:
+        _spawn_split(ctx, params, info, source, plan, placed)
+    else:
+        staged = stage_input(ctx, source)
+        _spawn_unsplit(ctx, params, info, workspace_rel(ctx, staged), placed)
     ctx.progress(100.0)
+    ladder = [rung for rung, _size, _choice in placed]
     ctx.log(
         "ladder: "
         + ", ".join(
@@ -280,7 +305,46 @@ def transcode(ctx: StageContext) -> dict:
         "source": {k: v for k, v in info.to_dict().items() if k != "path"},
         "ladder": ladder,
         "resource": choice.as_dict(),
+        "split": record,
     }
+
+
+def _rendition_encoding(p: dict) -> commands.VideoEncoding:
+    """The rung's encoder and rate control from the payload (bad values cannot get better)."""
+    kbps = int(p["video_bitrate_kbps"])
+    try:
+        return commands.VideoEncoding(
+            encoder_of(p),
+            p.get("preset", "veryfast"),
+            int(p.get("crf", 23)),
+            kbps,
+            2 * kbps,
+            float(p["segment_seconds"]),
+        )
+    except ValueError as exc:
+        raise PermanentFailure(str(exc)) from None
+
+
+def _searched_encoding(
+    ctx: StageContext, p: dict, src: Path, final: Path, encoding: commands.VideoEncoding, throttle
+) -> tuple[commands.VideoEncoding, dict]:
+    """With target_vmaf: the per-title CRF search on samples (its record kept beside the rendition
+    for the quality stage), and the encoding at the chosen CRF."""
+    name = str(p["name"])
+    search = crf_search(
+        ctx,
+        src,
+        name=name,
+        encoding=encoding,
+        size=(int(p["width"]), int(p["height"])),
+        source_size=(int(p["source_width"]), int(p["source_height"])),
+        duration=float(p["duration"]),
+        fps=p.get("fps"),
+        target_vmaf=float(p["target_vmaf"]),
+        throttle=throttle,
+    )
+    final.with_name(f"{name}.search.json").write_text(json.dumps(search, sort_keys=True))
+    return replace(encoding, crf=int(search["chosen_crf"])), search
 
 
 @stage("transcode.rendition")
@@ -293,50 +357,28 @@ def transcode_rendition(ctx: StageContext) -> dict:
     final = Path(ctx.workspace) / RENDITIONS_DIR / f"{name}.mp4"
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final)
-    encoder = encoder_of(p)
-    kbps = int(p["video_bitrate_kbps"])
-    size = (int(p["width"]), int(p["height"]))
-    try:
-        encoding = commands.VideoEncoding(
-            encoder,
-            p.get("preset", "veryfast"),
-            int(p.get("crf", 23)),
-            kbps,
-            2 * kbps,
-            float(p["segment_seconds"]),
-        )
-    except ValueError as exc:
-        raise PermanentFailure(str(exc)) from None
-    ctx.log(f"rendition {name}: codec {encoding.codec}, encoder {encoder}")
+    encoding = _rendition_encoding(p)
+    ctx.log(f"rendition {name}: codec {encoding.codec}, encoder {encoding.encoder}")
     throttle = throttle_for(ctx)
     search = None
     if p.get("target_vmaf") is not None:
-        search = crf_search(
-            ctx,
-            src,
-            name=name,
-            encoding=encoding,
-            size=size,
-            source_size=(int(p["source_width"]), int(p["source_height"])),
-            duration=float(p["duration"]),
-            fps=p.get("fps"),
-            target_vmaf=float(p["target_vmaf"]),
-            throttle=throttle.span(0.0, 40.0),
-        )
-        encoding = replace(encoding, crf=int(search["chosen_crf"]))
-        search_file = final.with_name(f"{name}.search.json")
-        search_file.write_text(json.dumps(search, sort_keys=True))
+        encoding, search = _searched_encoding(ctx, p, src, final, encoding, throttle.span(0.0, 40.0))
+    size = (int(p["width"]), int(p["height"]))
     argv = commands.encode_video(
         src, partial, encoding=encoding, audio_kbps=int(p.get("audio_bitrate_kbps", 128)), size=size
     )
     span = throttle.span(40.0, 100.0) if search is not None else throttle
     # This rung's run may also write the reference sample: it decodes the whole source anyway.
-    sample = p.get("reference_sample") if is_software(encoder) else None
+    sample = p.get("reference_sample") if is_software(encoding.encoder) else None
     run_encode(ctx, argv, sample, duration=float(p["duration"]), throttle=span, what=f"rendition {name}")
     os.replace(partial, final)
+    return _rendition_result(ctx, name, final, encoding, search)
+
+
+def _rendition_result(ctx: StageContext, name: str, final: Path, encoding, search: dict | None) -> dict:
     info = probe(final)
     ctx.log(
-        f"rendition {name}: {info.width}x{info.height} {encoding.codec} ({encoder}, crf {encoding.crf}), "
+        f"rendition {name}: {info.width}x{info.height} {encoding.codec} ({encoding.encoder}, crf {encoding.crf}), "
         f"{info.bitrate} bit/s, {final.stat().st_size} bytes"
     )
     return {
@@ -345,7 +387,7 @@ def transcode_rendition(ctx: StageContext) -> dict:
         "height": info.height,
         "bitrate": info.bitrate,
         "codec": encoding.codec,
-        "encoder": encoder,
+        "encoder": encoding.encoder,
         "crf": encoding.crf,
         "file": workspace_rel(ctx, final),
         **({"search": search} if search is not None else {}),
@@ -355,8 +397,12 @@ def transcode_rendition(ctx: StageContext) -> dict:
 @stage("transcode.thumbnail")
 def transcode_thumbnail(ctx: StageContext) -> dict:
     p = ctx.payload
-    src = ws(ctx, p["input"])
-    final = Path(ctx.workspace) / THUMBNAIL
+    if scratch.on_scratch(ctx):  # a split job: from the media root, onto the scratch
+        src = split_encode.media_source(p["source"])
+        final = scratch.attempt_dir(ctx, "thumbnail") / THUMBNAIL
+    else:
+        src = ws(ctx, p["input"])
+        final = Path(ctx.workspace) / THUMBNAIL
     partial = partial_path(final)
     argv = commands.thumbnail(src, partial, timestamp=float(p["timestamp"]), width=int(p["width"]))
     run_ffmpeg(ctx, argv, duration=None, throttle=None, what="thumbnail")
@@ -364,19 +410,21 @@ def transcode_thumbnail(ctx: StageContext) -> dict:
         raise PermanentFailure(f"no frame at {p['timestamp']}s")
     os.replace(partial, final)
     ctx.progress(100.0)
-    return {"file": THUMBNAIL}
+    return {"file": scratch.rel(ctx, final) if scratch.on_scratch(ctx) else THUMBNAIL}
 
 
-@stage("transcode.package")
-def transcode_package(ctx: StageContext) -> dict:
-    """HLS for every rendition, then the master playlist. Builds into `hls.partial/` and renames it
-    to `hls/` at the end, so a retry starts clean and upload never sees half a package. HEVC and
-    AV1 renditions are CMAF (`package_cmaf_audio`): video-only tracks plus one audio rendition."""
-    p = ctx.payload
-    workspace = Path(ctx.workspace)
-    building = fresh_dir(workspace / f"{HLS_DIR}.partial")
+def _rendition_file(ctx: StageContext, name: str, artifacts: dict | None) -> Path:
+    """A rendition's MP4: the stitch's (split job, named in the payload) or the workspace's."""
+    if artifacts:
+        return scratch.resolve(ctx, artifacts["renditions"][name])
+    return ws(ctx, f"{RENDITIONS_DIR}/{name}.mp4")
+
+
+def _package_into(ctx: StageContext, building: Path, p: dict) -> list:
+    """HLS of every rendition of payload `p` under `building`, and the master playlist. HEVC and AV1
+    renditions are CMAF (`package_cmaf_audio`): video-only tracks plus one audio rendition."""
     renditions = p["renditions"]
-    sources = _rendition_sources(ctx, renditions)
+    sources = _rendition_sources(ctx, renditions, p.get("artifacts"))
     cmaf_sources = [sources[str(r["name"])] for r in renditions if r.get("codec") in FMP4_CODECS]
     audio_src = next((src for src in cmaf_sources if probe(src).has_audio), None)
     throttle = throttle_for(ctx)
@@ -404,29 +452,11 @@ def transcode_package(ctx: StageContext) -> dict:
         audio = package_cmaf_audio(ctx, audio_src, building / AUDIO_GROUP, span)
     version = 7 if cmaf_sources else 3
     (building / "master.m3u8").write_text(master_playlist(variants, version=version, audio=audio))
-    final = workspace / HLS_DIR
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(building, final)
-    ctx.spawn_child(
-        child(
-            "transcode.upload",
-            {"renditions": [str(r["name"]) for r in renditions]},
-            pool="background",
-            duration=p.get("duration"),
-        )
-    )
-    ctx.progress(100.0)
-    ctx.log(f"packaged {len(variants)} renditions; master playlist {HLS_DIR}/master.m3u8")
-    return {
-        "variants": [
-            {"uri": v.uri, "bandwidth": v.bandwidth, "resolution": f"{v.width}x{v.height}"} for v in variants
-        ]
-    }
+    return variants
 
 
-def _rendition_sources(ctx: StageContext, renditions: list[dict]) -> dict[str, Path]:
-    sources = {str(r["name"]): ws(ctx, f"{RENDITIONS_DIR}/{r['name']}.mp4") for r in renditions}
+def _rendition_sources(ctx: StageContext, renditions: list[dict], artifacts: dict | None) -> dict[str, Path]:
+    sources = {str(r["name"]): _rendition_file(ctx, str(r["name"]), artifacts) for r in renditions}
     for name, src in sources.items():
         if not src.exists():
             # The scheduler holds this stage until its siblings completed; a missing rendition means
@@ -464,25 +494,78 @@ def package_cmaf_audio(ctx: StageContext, src: Path, out_dir: Path, span) -> Aud
     return AudioRendition(uri=f"{out_dir.name}/index.m3u8", channels=probe(src).channels)
 
 
-@stage("transcode.upload")
-def transcode_upload(ctx: StageContext) -> dict:
-    """Publish renditions, HLS and thumbnail. The runtime moves them to output storage (local
-    directory or S3) when this stage finishes, all or nothing."""
+@stage("transcode.package")
+def transcode_package(ctx: StageContext) -> dict:
+    """HLS for every rendition, then the master playlist. Builds into `hls.partial/` and renames it
+    to `hls/` at the end, so a retry starts clean and upload never sees half a package. A split job
+    builds in this attempt's scratch directory and names it to the upload."""
+    p = ctx.payload
+    upload = {"renditions": [str(r["name"]) for r in p["renditions"]]}
+    if scratch.on_scratch(ctx):
+        final = scratch.attempt_dir(ctx, "package") / HLS_DIR
+        final.mkdir()
+        variants = _package_into(ctx, final, p)
+        upload["artifacts"] = {**p["artifacts"], "hls": scratch.rel(ctx, final)}
+    else:
+        workspace = Path(ctx.workspace)
+        building = fresh_dir(workspace / f"{HLS_DIR}.partial")
+        variants = _package_into(ctx, building, p)
+        final = workspace / HLS_DIR
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(building, final)
+    upload_child = child("transcode.upload", upload, pool="background", duration=p.get("duration"))
+    scratch.view(ctx).spawn_child(upload_child)
+    ctx.progress(100.0)
+    ctx.log(f"packaged {len(variants)} renditions; master playlist {HLS_DIR}/master.m3u8")
+    return {
+        "variants": [
+            {"uri": v.uri, "bandwidth": v.bandwidth, "resolution": f"{v.width}x{v.height}"} for v in variants
+        ]
+    }
+
+
+def _workspace_files(ctx: StageContext, names: list[str]) -> list[tuple[Path, str]]:
     workspace = Path(ctx.workspace)
-    names = [str(n) for n in ctx.payload["renditions"]]
-    files: list[tuple[Path, str]] = []
-    for name in names:
-        files.append((ws(ctx, f"{RENDITIONS_DIR}/{name}.mp4"), f"{RENDITIONS_DIR}/{name}.mp4"))
-    hls_root = ws(ctx, HLS_DIR)
-    for path in sorted(hls_root.rglob("*")):
-        if path.is_file():
-            files.append((path, f"{HLS_DIR}/{path.relative_to(hls_root).as_posix()}"))
+    files = [(ws(ctx, f"{RENDITIONS_DIR}/{name}.mp4"), f"{RENDITIONS_DIR}/{name}.mp4") for name in names]
+    files += _tree(ws(ctx, HLS_DIR), HLS_DIR)
     thumb = workspace / THUMBNAIL
     if thumb.exists():
         files.append((thumb, THUMBNAIL))
     measured = workspace / QUALITY_DIR / QUALITY_JSON
     if measured.exists():
         files.append((measured, QUALITY_JSON))
+    return files
+
+
+def _scratch_files(ctx: StageContext, names: list[str], artifacts: dict) -> list[tuple[Path, str]]:
+    """A split job's outputs, each the file an accepted finish named."""
+    files = [(scratch.resolve(ctx, artifacts["renditions"][n]), f"{RENDITIONS_DIR}/{n}.mp4") for n in names]
+    files += _tree(scratch.resolve(ctx, artifacts["hls"]), HLS_DIR)
+    if artifacts.get("thumbnail"):
+        files.append((scratch.resolve(ctx, artifacts["thumbnail"]), THUMBNAIL))
+    if artifacts.get("quality"):
+        files.append((scratch.resolve(ctx, artifacts["quality"]), QUALITY_JSON))
+    return files
+
+
+def _tree(root: Path, prefix: str) -> list[tuple[Path, str]]:
+    return [
+        (path, f"{prefix}/{path.relative_to(root).as_posix()}")
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    ]
+
+
+@stage("transcode.upload")
+def transcode_upload(ctx: StageContext) -> dict:
+    """Publish renditions, HLS and thumbnail. The runtime moves them to output storage (local
+    directory or S3) when this stage finishes, all or nothing."""
+    names = [str(n) for n in ctx.payload["renditions"]]
+    if scratch.on_scratch(ctx):
+        files = _scratch_files(ctx, names, ctx.payload["artifacts"])
+    else:
+        files = _workspace_files(ctx, names)
     missing = [name for path, name in files if not path.exists()]
     if missing:
         raise PermanentFailure(f"missing from the workspace: {', '.join(missing)}")

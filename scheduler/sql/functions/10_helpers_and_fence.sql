@@ -147,7 +147,7 @@ $$;
 -- The end of a failed attempt (a stage's error, an expired lease), written on the locked task in
 -- the transaction that records the failure: cancelled when p_cancelled; retry_wait, available after
 -- retry_delay_v1, while p_retryable and attempts remain; else failed for good, and the job's
--- last_error says why (a cluster task never speaks for its job). Returns the task as written.
+-- last_error says why (a webhook never speaks for its job). Returns the task as written.
 CREATE OR REPLACE FUNCTION retry_or_fail_v1(t queue_tasks, p_cancelled boolean, p_retryable boolean,
                                             p_failure text) RETURNS queue_tasks
 LANGUAGE plpgsql
@@ -164,7 +164,7 @@ BEGIN
     finished_at = CASE WHEN next_state = 'retry_wait' THEN NULL ELSE now() END,
     last_failure = p_failure
   WHERE q.id = t.id RETURNING q.* INTO t;
-  IF next_state = 'failed' AND t.placement <> 'cluster' THEN
+  IF next_state = 'failed' AND t.task_type <> 'webhook' THEN
     UPDATE jobs SET last_error = p_failure WHERE id = t.job_id;
   END IF;
   RETURN t;
@@ -211,8 +211,10 @@ $$;
 -- status, progress, timestamps; append p_log to the job log; insert the terminal webhook when the job
 -- enters a terminal status. Called by every transition, after it has locked the job_schedule row
 -- (the enqueue and the claim write the same result directly; tests/scheduler/test_write_path.py
--- checks that a full refresh afterwards changes nothing). Cluster-placement tasks (webhooks) never
--- influence the job's status. completed and cancelled are final; failed is left only by a retry.
+-- checks that a full refresh afterwards changes nothing). Webhook deliveries never influence the
+-- job's status; every other task does, whatever its placement (a split transcode's chunks are
+-- `cluster`). completed and cancelled are final; failed is left only by a retry. A split job's
+-- progress may go down (a restarted chunk gives its frames back); any other job's never does.
 -- Returns the job's status.
 CREATE OR REPLACE FUNCTION refresh_job_v1(p_job uuid, p_log text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql
@@ -240,7 +242,7 @@ BEGIN
     min(available_at) FILTER (WHERE state IN ('pending', 'retry_wait') AND pool = 'background') AS bg_at
   INTO a
   FROM queue_tasks
-  WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster';
+  WHERE job_id = p_job AND execution_id = s.execution_id AND task_type <> 'webhook';
 
   new_status := CASE
     WHEN s.cancel_requested_at IS NOT NULL THEN CASE WHEN a.running > 0 THEN 'running' ELSE 'cancelled' END
@@ -277,6 +279,10 @@ BEGIN
     status = new_status,
     -- Weighted by the work of each stage (15_progress); 100 only once completed, never lower.
     progress = CASE WHEN new_status = 'completed' THEN 100
+                    WHEN new_status IN ('failed', 'cancelled') THEN progress
+                    WHEN EXISTS (SELECT 1 FROM queue_tasks q WHERE q.job_id = p_job AND q.execution_id = s.execution_id
+                                    AND q.task_type = 'transcode.chunk')
+                      THEN least(99, floor(coalesce(job_progress_v1(p_job, s.execution_id), 0)))::smallint
                     ELSE greatest(progress, least(99, floor(coalesce(job_progress_v1(p_job, s.execution_id), 0)))::smallint) END,
     started_at = coalesce(started_at, CASE WHEN new_status = 'running' THEN now() END),
     finished_at = CASE WHEN new_status IN ('completed', 'failed', 'cancelled') THEN coalesce(finished_at, now()) END,

@@ -74,11 +74,18 @@ SET enable_seqscan = off
 AS $$
 BEGIN
   RETURN (WITH tasks AS (
-    SELECT CASE WHEN q.placement = 'dispatch' THEN 'dispatch' ELSE q.task_type END AS grp,
+    -- A split job's stages count in the groups of the unsplit stages they stand for: the group their
+    -- payload names, else a split transcode's.
+    SELECT CASE WHEN q.placement = 'dispatch' THEN 'dispatch'
+                WHEN q.payload ? 'progress_group' THEN q.payload ->> 'progress_group'
+                WHEN q.task_type = 'transcode.chunk' THEN 'transcode.rendition'
+                WHEN q.task_type = 'transcode.audio' THEN 'transcode.thumbnail'
+                WHEN q.task_type IN ('transcode.chunk_quality', 'transcode.split_quality') THEN 'transcode.quality'
+                ELSE q.task_type END AS grp,
            task_weight_v1(q.payload) AS w,
            CASE WHEN q.state = 'completed' THEN 100 ELSE q.progress END AS p
       FROM queue_tasks q
-     WHERE q.job_id = p_job AND q.execution_id = p_execution AND q.placement <> 'cluster'
+     WHERE q.job_id = p_job AND q.execution_id = p_execution AND q.task_type <> 'webhook'
        AND q.state <> 'cancelled'
   ), groups AS (
     SELECT grp, sum(w * p) / sum(w) AS p FROM tasks GROUP BY grp

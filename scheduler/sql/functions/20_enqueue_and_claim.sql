@@ -191,7 +191,8 @@ $$;
 -- ---- Claim -----------------------------------------------------------------------------------
 
 -- Whether job p_job has, besides task p_task, a stage of the pool pinned to its worker (placement
--- 'job') that can run now, in the job's current execution. False when p_job is NULL.
+-- 'job') or open to any worker (a split job's `cluster` stages) that can run now, in the job's
+-- current execution. False when p_job is NULL.
 CREATE OR REPLACE FUNCTION pinned_siblings_runnable_v1(p_job uuid, p_task bigint, p_pool text) RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
@@ -203,7 +204,8 @@ BEGIN
   END IF;
   RETURN EXISTS (
     SELECT 1 FROM job_schedule js JOIN queue_tasks q ON q.job_id = js.job_id AND q.execution_id = js.execution_id
-     WHERE js.job_id = p_job AND q.id IS DISTINCT FROM p_task AND q.pool = p_pool AND q.placement = 'job'
+     WHERE js.job_id = p_job AND q.id IS DISTINCT FROM p_task AND q.pool = p_pool AND q.placement IN ('job', 'cluster')
+       AND q.task_type <> 'webhook'
        AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now());
 END
 $$;
@@ -409,8 +411,9 @@ BEGIN
        WHERE q.pool = 'background' AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now()
          AND ((js.execution_mode = 'shared' AND w.reservation_id IS NULL)
               OR (js.execution_mode = 'dedicated' AND js.reservation_id = w.reservation_id))
-         AND CASE q.placement WHEN 'cluster' THEN true
-                              ELSE js.assigned_worker_uid = p_worker AND js.background_runnable_at IS NOT NULL END
+         AND CASE WHEN q.task_type = 'webhook' THEN true
+                  WHEN q.placement = 'cluster' THEN js.background_runnable_at IS NOT NULL
+                  ELSE js.assigned_worker_uid = p_worker AND js.background_runnable_at IS NOT NULL END
        ORDER BY js.priority DESC, js.position, q.available_at, q.created_at, q.id
     LOOP
       SELECT * INTO s FROM job_schedule js WHERE js.job_id = cand.job_id FOR UPDATE SKIP LOCKED;
@@ -418,9 +421,9 @@ BEGIN
       SELECT * INTO t FROM queue_tasks q
       WHERE q.id = cand.task_id AND q.state IN ('pending', 'retry_wait') AND q.available_at <= now()
         AND q.execution_id = s.execution_id
-        AND (q.placement = 'cluster'
-             OR (s.assigned_worker_uid = p_worker AND NOT s.paused AND s.cancel_requested_at IS NULL
-                 AND s.background_runnable_at IS NOT NULL))
+        AND (q.task_type = 'webhook'
+             OR ((q.placement = 'cluster' OR s.assigned_worker_uid = p_worker)
+                 AND NOT s.paused AND s.cancel_requested_at IS NULL AND s.background_runnable_at IS NOT NULL))
       FOR UPDATE SKIP LOCKED;
       CONTINUE WHEN NOT FOUND;
       EXIT;
@@ -441,8 +444,8 @@ BEGIN
   WHERE q.id = t.id
   RETURNING q.* INTO t;
 
-  IF t.placement = 'cluster' THEN
-    -- Cluster tasks (webhooks) never influence the job's derived columns.
+  IF t.task_type = 'webhook' THEN
+    -- Webhook deliveries never influence the job's derived columns.
     SELECT j.type, j.params, j.hardware INTO job FROM jobs j WHERE j.id = t.job_id;
   ELSE
     -- 8. refresh_job_v1, specialised to what a claim changes (tests/scheduler/test_write_path.py
@@ -457,7 +460,7 @@ BEGIN
       INTO left_to_run
       FROM queue_tasks q
      WHERE q.job_id = t.job_id AND q.execution_id = t.execution_id AND q.state IN ('pending', 'retry_wait')
-       AND q.placement <> 'cluster';
+       AND q.task_type <> 'webhook';
     UPDATE job_schedule js SET
       assigned_worker_uid = CASE WHEN t.placement = 'dispatch' THEN coalesce(js.assigned_worker_uid, p_worker)
                                  ELSE js.assigned_worker_uid END,

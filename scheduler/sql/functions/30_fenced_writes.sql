@@ -113,9 +113,11 @@ BEGIN
     UPDATE queue_tasks q SET progress = coalesce(least(100, greatest(0, p_progress)), q.progress),
                              progress_detail = coalesce(p_detail, q.progress_detail)
     WHERE q.id = p_task;
-    -- Weighted by the work of each stage (15_progress); below 100 until completed, never lower.
-    UPDATE jobs j SET progress = greatest(j.progress,
-                                          least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint)
+    -- Weighted by the work of each stage (15_progress); below 100 until completed, never lower,
+    -- except in a split job (its stages are `cluster`): a restarted chunk gives its frames back.
+    UPDATE jobs j SET progress = CASE
+        WHEN t.placement = 'cluster' THEN least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint
+        ELSE greatest(j.progress, least(99, floor(coalesce(job_progress_v1(t.job_id, t.execution_id), 0)))::smallint) END
     WHERE j.id = t.job_id AND j.status <> 'completed';
   END IF;
   IF p_lines IS NOT NULL AND cardinality(p_lines) > 0 THEN
@@ -240,11 +242,21 @@ BEGIN
     PERFORM audit_v1(t, 'publish', true, inserted || ' children, ' || published || ' outputs',
                      p_token, p_worker, p_session);
   END IF;
-  PERFORM refresh_job_v1(t.job_id, CASE WHEN t.placement = 'cluster' THEN NULL
+  -- A dispatch whose children are all `cluster` (a split transcode, DECISIONS 19) leaves no local
+  -- work: the job goes back to the pending group, where every worker's claim walk sees its stages.
+  IF inserted > 0 AND t.placement = 'dispatch' AND NOT EXISTS (
+       SELECT 1 FROM jsonb_array_elements(p_children) c WHERE coalesce(c ->> 'placement', 'job') <> 'cluster') THEN
+    UPDATE job_schedule SET assigned_worker_uid = NULL WHERE job_id = t.job_id RETURNING * INTO s;
+  END IF;
+  PERFORM refresh_job_v1(t.job_id, CASE WHEN t.task_type = 'webhook' THEN NULL
     ELSE t.task_type || ' completed on ' || p_worker
          || CASE WHEN inserted > 0 THEN ', ' || inserted || ' stage(s) queued' ELSE '' END END);
   IF inserted > 0 OR released > 0 THEN
-    -- The job's own stages can only go to its assigned worker: wake that one, not the farm.
+    -- The job's own stages can only go to its assigned worker: wake that one, not the farm. A split
+    -- job's stages (no assigned worker) go to any: wake one free worker per stage, sixteen at most.
+    IF s.assigned_worker_uid IS NULL AND inserted > 1 THEN
+      PERFORM notify_pool_v1('media', NULL) FROM generate_series(2, least(inserted, 16));
+    END IF;
     PERFORM notify_pool_v1('media', s.assigned_worker_uid);
     PERFORM notify_pool_v1('background', s.assigned_worker_uid);
   END IF;
@@ -275,7 +287,7 @@ BEGIN
   s := fw.s;
   t := retry_or_fail_v1(fw.t, s.cancel_requested_at IS NOT NULL, p_retryable, left(p_error, 16000));
   PERFORM audit_v1(t, 'fail', true, t.state, p_token, p_worker, p_session);
-  PERFORM refresh_job_v1(t.job_id, CASE WHEN t.placement = 'cluster' THEN NULL
+  PERFORM refresh_job_v1(t.job_id, CASE WHEN t.task_type = 'webhook' THEN NULL
     ELSE t.task_type || ' attempt ' || t.attempt || ' failed on ' || p_worker || ': '
          || left(split_part(p_error, E'\n', 1), 300)
          || CASE t.state WHEN 'retry_wait' THEN ' (retry at ' || to_char(t.available_at AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC)'

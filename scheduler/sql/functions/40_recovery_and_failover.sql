@@ -53,7 +53,7 @@ BEGIN
     t := retry_or_fail_v1(t, s.cancel_requested_at IS NOT NULL OR t.execution_id <> s.execution_id, true, why);
     PERFORM audit_v1(t, 'recover', true, t.state || ': ' || why, t.lease_token, t.claimed_by,
                      t.claimed_worker_session_id);
-    PERFORM refresh_job_v1(t.job_id, CASE WHEN t.placement = 'cluster' THEN NULL
+    PERFORM refresh_job_v1(t.job_id, CASE WHEN t.task_type = 'webhook' THEN NULL
                                           ELSE t.task_type || ' ' || why || ' -> ' || t.state END);
     task_id := t.id; outcome := t.state;
     RETURN NEXT;
@@ -137,7 +137,7 @@ BEGIN
    ORDER BY q.id LIMIT 1;
   UPDATE queue_tasks SET state = 'cancelled', finished_at = now(),
                          last_failure = coalesce(last_failure || E'\n', '') || 'superseded by execution ' || next_execution
-   WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster'
+   WHERE job_id = p_job AND execution_id = s.execution_id AND task_type <> 'webhook'
      AND state IN ('blocked', 'pending', 'retry_wait', 'running', 'failed');
   UPDATE job_schedule SET execution_id = next_execution, assigned_worker_uid = NULL,
                           lost_workers = lost_workers + CASE WHEN p_cause LIKE 'lost\_%' THEN 1 ELSE 0 END
@@ -188,7 +188,7 @@ BEGIN
          coalesce(bool_or(q.placement = 'dispatch' AND q.state = 'completed'), false)
     INTO running, dispatched
     FROM queue_tasks q
-   WHERE q.job_id = p_job AND q.execution_id = s.execution_id AND q.placement <> 'cluster';
+   WHERE q.job_id = p_job AND q.execution_id = s.execution_id AND q.task_type <> 'webhook';
   IF running > 0 AND NOT p_include_running THEN
     RETURN NULL;
   END IF;
@@ -214,7 +214,7 @@ BEGIN
   IF p_cause LIKE 'lost\_%' AND s.lost_workers >= j.max_attempts THEN
     UPDATE queue_tasks SET state = 'failed', finished_at = now(),
                            last_failure = why || ': the job has lost its worker ' || s.lost_workers || ' times'
-     WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster'
+     WHERE job_id = p_job AND execution_id = s.execution_id AND task_type <> 'webhook'
        AND state IN ('blocked', 'pending', 'retry_wait');
     UPDATE jobs SET last_error = 'lost its worker ' || (s.lost_workers + 1) || ' times (max_attempts '
                                  || j.max_attempts || '); last: ' || why
@@ -355,9 +355,48 @@ BEGIN
 END
 $$;
 
+-- The running stages of split jobs (placement cluster, not webhooks) on worker p_uid go back to
+-- pending at once, without using up an attempt (as a release on SIGTERM): their leases are cleared,
+-- so the worker's next heartbeat or progress write is refused and it kills their FFmpeg, and any
+-- other worker claims them. A job row busy right now is skipped (SKIP LOCKED). Returns how many.
+CREATE OR REPLACE FUNCTION hand_back_cluster_tasks_v1(p_uid text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+  c record;
+  s job_schedule%ROWTYPE;
+  t queue_tasks%ROWTYPE;
+  token uuid;
+  moved int := 0;
+BEGIN
+  FOR c IN
+    SELECT q.id, q.job_id FROM queue_tasks q
+     WHERE q.claimed_worker_session_id = (SELECT w.current_session_id FROM queue_workers w WHERE w.uid = p_uid)
+       AND q.state = 'running' AND q.placement = 'cluster' AND q.task_type <> 'webhook'
+  LOOP
+    SELECT * INTO s FROM job_schedule js WHERE js.job_id = c.job_id FOR NO KEY UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    SELECT * INTO t FROM queue_tasks q WHERE q.id = c.id AND q.state = 'running' FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    token := t.lease_token;
+    UPDATE queue_tasks q SET state = 'pending', attempt = greatest(q.attempt - 1, 0), available_at = now(),
+                             lease_token = NULL, lease_expires_at = NULL, deadline_at = NULL, progress = 0
+     WHERE q.id = t.id RETURNING q.* INTO t;
+    PERFORM audit_v1(t, 'release', true, 'worker ' || p_uid || ' evacuated', token, p_uid, t.claimed_worker_session_id);
+    PERFORM refresh_job_v1(t.job_id, t.task_type || ' moved off ' || p_uid || ': the worker is being evacuated');
+    moved := moved + 1;
+  END LOOP;
+  IF moved > 0 THEN
+    PERFORM pg_notify('jetencode_queue_tasks', 'media');
+    PERFORM pg_notify('jetencode_queue_tasks', 'background');
+  END IF;
+  RETURN moved;
+END
+$$;
+
 -- Evacuate: drain the worker (unless it is offline already) and move every job pinned to it now,
 -- running stages included (they are fenced out and redone in the new execution). JE404 for an
--- unknown worker, JE409 for an offline one with nothing to move. Returns how many jobs moved.
+-- unknown worker, JE409 for an offline one with nothing to move. Returns how many jobs moved, plus the split-job stages it
+-- handed back (hand_back_cluster_tasks_v1).
 CREATE OR REPLACE FUNCTION evacuate_worker_v2(p_uid text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -372,6 +411,8 @@ BEGIN
     UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = p_uid;
   END IF;
   moved := release_worker_jobs_v2(p_uid, 'evacuated', true);
+  -- A split job is pinned to no worker: its stages running here are handed back one by one.
+  moved := moved + hand_back_cluster_tasks_v1(p_uid);
   IF current = 'offline' AND moved = 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'worker ' || p_uid || ' is offline and holds no jobs to move';
   END IF;

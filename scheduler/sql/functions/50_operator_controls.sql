@@ -35,7 +35,7 @@ DECLARE
 BEGIN
   UPDATE job_schedule SET cancel_requested_at = now() WHERE job_id = p_job;
   UPDATE queue_tasks SET state = 'cancelled', finished_at = now(), last_failure = 'cancelled by an operator'
-   WHERE job_id = p_job AND execution_id = s.execution_id AND placement <> 'cluster'
+   WHERE job_id = p_job AND execution_id = s.execution_id AND task_type <> 'webhook'
      AND state IN ('blocked', 'pending', 'retry_wait');
   RETURN refresh_job_v1(p_job, 'cancel requested by an operator');
 END
@@ -195,7 +195,7 @@ BEGIN
   END IF;
   UPDATE queue_tasks SET state = 'pending', attempt = 0, available_at = now(), finished_at = NULL,
                          lease_token = NULL, lease_expires_at = NULL, deadline_at = NULL, progress = 0
-   WHERE job_id = p_job AND execution_id = s.execution_id AND state = 'failed' AND placement <> 'cluster';
+   WHERE job_id = p_job AND execution_id = s.execution_id AND state = 'failed' AND task_type <> 'webhook';
   GET DIAGNOSTICS n = ROW_COUNT;
   UPDATE jobs SET manual_retry_count = manual_retry_count + 1, status = 'pending', finished_at = NULL,
                   last_error = NULL

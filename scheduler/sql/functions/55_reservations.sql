@@ -18,10 +18,11 @@
 -- Lock order: worker rows (by uid) -> scheduler row -> job_schedule row -> queue_reservations row.
 
 -- The hook for jobs split across the farm (DECISIONS 19): such a job runs its chunks on many
--- workers, so it cannot be dedicated to one. True when the job's params ask for a split.
+-- workers, so it cannot be dedicated to one. True when the job's params ask for chunks; `auto` is
+-- decided at the dispatch, which does not split a dedicated job (workers/stages/split.py).
 CREATE OR REPLACE FUNCTION job_split_across_farm_v1(p_params jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
-  SELECT coalesce(p_params -> 'split', 'null'::jsonb) NOT IN ('null'::jsonb, 'false'::jsonb, '0'::jsonb, '{}'::jsonb)
+  SELECT coalesce(p_params ->> 'split' = 'chunks', false)
 $$;
 
 -- Reserve a job for dedicated execution. Idempotent: a job that is dedicated already answers its

@@ -61,6 +61,11 @@ class Command(BaseCommand):
             metavar="ID",
             help="run only this dedicated job's reservation, then exit (default uid: <host>-r<id>-<pid>)",
         )
+        parser.add_argument(
+            "--background-slots",
+            dest="background_slots",
+            help="background slots: packaging, uploads, stitches, webhooks (default 1; 0 takes none)",
+        )
 
     def handle(self, *args, **options):
         self.configure_connections()
@@ -117,12 +122,17 @@ class Command(BaseCommand):
                     else None
                 ),
                 "workspace": prepare_workspace(options["workspace"] or settings.WORKSPACE_ROOT_DIR),
+                "background": parse_positive_int(
+                    options.get("background_slots") or 1, "--background-slots", minimum=0, maximum=16
+                ),
             }
         except ConfigError as exc:
             raise CommandError(str(exc), returncode=2) from None
         return timing, requested
 
-    def make_worker(self, timing: Timing, *, uid, concurrency, categories, vram, workspace, reservation):
+    def make_worker(
+        self, timing: Timing, *, uid, concurrency, categories, vram, workspace, reservation, background=1
+    ):
         """The Worker, with what the machine has filling in what the command line left out: slots
         (the CPU count), category limits and VRAM (the GPUs), and the catalog it registers."""
         from workers import capabilities
@@ -146,7 +156,7 @@ class Command(BaseCommand):
         except Exception as exc:
             raise CommandError(f"cannot load stage modules: {exc}", returncode=2) from None
         worker = Worker(
-            WorkerOptions(uid, concurrency, limits, vram, workspace),
+            WorkerOptions(uid, concurrency, limits, vram, workspace, background),
             timing,
             catalog,
             stderr=lambda text: self.stderr.write(text),
