@@ -165,6 +165,8 @@ class ReservationOut(Schema):
     bound_at: datetime | None
     ended_at: datetime | None
     updated_at: datetime
+
+
 class QueueChunksOut(Schema):
     total: int
     done: int

@@ -64,6 +64,7 @@ class QueueEntry:
     resource_category: str | None
     vram_mb: int | None
     reservation: dict[str, Any] | None = None  # the dedicated job's reservation (reservation_dict)
+    chunks: dict | None = None  # a split job's chunks: {"total", "done", "running": {worker: n}}
 
 
 RESERVATION_TIMES = ("created_at", "requested_at", "bound_at", "ended_at", "updated_at")
@@ -90,7 +91,6 @@ def job_reservations(job_id, limit: int = 10) -> list[dict[str, Any]]:
         reservation_dict(dict(row))
         for row in _rows("job_reservations", {"job_id": str(job_id), "limit": limit})
     ]
-    chunks: dict | None = None  # a split job's chunks: {"total", "done", "running": {worker: n}}
 
 
 def queue_list(
