@@ -144,6 +144,9 @@ def resource(request: HttpRequest, upload_id) -> HttpResponse:
         return _error(exc.status, str(exc))
 
 
+resource.answers_head = True  # HEAD is tus's offset request, not GET without a body (api.middleware)
+
+
 def _settled(upload: Upload) -> Upload:
     """The upload once no request is writing to it (and completed, if a crash left it whole)."""
     if upload.state == Upload.COMPLETE:
