@@ -476,7 +476,12 @@ class Runner:
         from bench import split
 
         return split.measure(
-            self.url, self.workdir, self.media_root, shape=self.profile["split_shape"], log=log
+            self.url,
+            self.workdir,
+            self.media_root,
+            shape=self.profile["split_shape"],
+            measure_quality=self.args.split_metrics != "none",
+            log=log,
         )
 
     def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
@@ -919,6 +924,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PART",
         help="parts of the quality measurement: cost (VMAF's cost on job wall time), savings "
         "(target_vmaf's bits saved: the long part); default both",
+    )
+    parser.add_argument(
+        "--split-metrics",
+        choices=("vmaf", "none"),
+        default="vmaf",
+        help="split: score every frame of every run (default), or none: the encoding pipeline's "
+        "speed-up alone, without the measuring stages (their cost grows with the pixels scored)",
     )
     parser.add_argument(
         "--database",

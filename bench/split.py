@@ -214,7 +214,9 @@ def one_run(url: str, workdir: Path, rel: str, workers: int, params: dict, timeo
     return figures
 
 
-def measure(url: str, workdir: Path, media_root: Path, *, shape: str = "full", log=print) -> dict:
+def measure(
+    url: str, workdir: Path, media_root: Path, *, shape: str = "full", measure_quality: bool = True, log=print
+) -> dict:
     name, shape = shape, SHAPES[shape]
     rel = "videos/bench-split.mp4"
     make_source(media_root / rel, shape["size"], shape["seconds"])
@@ -225,9 +227,9 @@ def measure(url: str, workdir: Path, media_root: Path, *, shape: str = "full", l
     # different frames (each chunk restarts the pattern), and their means would differ by that alone.
     base = {
         "ladder": ladder,
-        "quality_metrics": ["vmaf"],
-        "vmaf_subsample": 1,
+        "quality_metrics": ["vmaf"] if measure_quality else [],
         "chunk_seconds": shape["chunk_seconds"],
+        **({"vmaf_subsample": 1} if measure_quality else {}),
     }
     timeout = shape["seconds"] * 60 + 600
     unsplit = one_run(url, workdir, rel, 1, {**base, "split": "off"}, timeout, log)
@@ -240,6 +242,7 @@ def measure(url: str, workdir: Path, media_root: Path, *, shape: str = "full", l
         log(f"    speed-up {run['speedup']}x (target >= {run['target_speedup']}x)")
     return {
         "shape": name,
+        "quality_measured": measure_quality,
         "source": {**shape, "fps": 25, "scenes": len(SCENES), "audio": "sine 330 Hz AAC"},
         "cores": cores,
         "physical_cores": psutil.cpu_count(logical=False),
