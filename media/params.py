@@ -49,8 +49,10 @@ MAX_INPUTS = 64
 # What the schema declares of a media-root path: a subset of what media.paths accepts (no control,
 # '%', ':' or '\\' anywhere; no component starting with '.', '-', '~' or a space; at most 63
 # characters a component and 256 in all, so never past the byte limits), so no request the OpenAPI
-# document calls valid is refused for its path's shape (only for a file that is not there).
-_NOT_IN_PATH = "\\u0000-\\u001f\\u007f\\ud800-\\udfff\\\\%:/"
+# document calls valid is refused for its path's shape (only for a file that is not there). Lone
+# surrogates are refused too, but not in the pattern: a `\ud800` escape makes it an invalid regex
+# for JSON Schema validators (jsonschema-rs), which then ignore the whole pattern.
+_NOT_IN_PATH = "\\u0000-\\u001f\\u007f\\\\%:/"
 _COMPONENT = f"[^{_NOT_IN_PATH}.~ -][^{_NOT_IN_PATH}]{{0,62}}"
 MEDIA_PATH_PATTERN = f"^{_COMPONENT}(/{_COMPONENT})*$"
 MediaPath = Annotated[
