@@ -79,7 +79,15 @@ MAX_LIMIT = 500
 
 
 class JobIn(Schema):
-    model_config = ConfigDict(extra="forbid")
+    # The one rule between fields, said in the schema too (media.jobtypes checks it): a cpu override
+    # needs no VRAM.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"required": ["resource_category"], "properties": {"resource_category": {"const": "cpu"}}},
+            "then": {"properties": {"vram_mb": {"enum": [0, None]}}},
+        },
+    )
 
     type: Text = Field(
         ...,
