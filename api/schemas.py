@@ -121,9 +121,16 @@ class JobIn(Schema):
     resource_category: ResourceCategory | None = Field(
         None, description="Override the category of GPU-capable stages."
     )
-    vram_mb: JsonInt | None = Field(
-        None, ge=0, le=MAX_VRAM_MB, description="Override the VRAM those stages need."
-    )
+    # Said outright: in an optional field pydantic writes the bounds as `ge`/`le`, which JSON Schema
+    # does not know, and a client or schemathesis would think any integer valid.
+    vram_mb: (
+        Annotated[
+            JsonInt,
+            Field(ge=0, le=MAX_VRAM_MB),
+            WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_VRAM_MB}),
+        ]
+        | None
+    ) = Field(None, description="Override the VRAM those stages need.")
 
 
 class PriorityIn(Schema):
