@@ -78,6 +78,14 @@ MAX_LIMIT = 500
 # ---- requests ---------------------------------------------------------------------------------
 
 
+# What the schema declares of a webhook URL: a subset of what media.webhooks accepts (http or https,
+# a plain host name, no credentials, port or control characters). Whether the host resolves to a
+# public address is known only when the request comes.
+WEBHOOK_URL_PATTERN = (
+    "^[hH][tT][tT][pP][sS]?://[A-Za-z0-9][A-Za-z0-9.-]{0,252}(/[^\\u0000-\\u0020\\u007f]*)?$"
+)
+
+
 class JobIn(Schema):
     # The one rule between fields, said in the schema too (media.jobtypes checks it): a cpu override
     # needs no VRAM.
@@ -107,7 +115,12 @@ class JobIn(Schema):
         description="Run every stage on this worker. It must be active and fresh now (not draining).",
     )
     max_attempts: JsonInt = Field(4, ge=1, le=20, description="Attempts per stage before the job fails.")
-    webhook_url: Text | None = Field(
+    webhook_url: (
+        Annotated[
+            str, AfterValidator(_storable), WithJsonSchema({"type": "string", "pattern": WEBHOOK_URL_PATTERN})
+        ]
+        | None
+    ) = Field(
         None,
         max_length=2048,
         description="POSTed (Standard Webhooks signature) when the job completes, fails or is cancelled. "
