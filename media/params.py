@@ -55,6 +55,13 @@ MAX_INPUTS = 64
 _NOT_IN_PATH = "\\u0000-\\u001f\\u007f\\\\%:/"
 _COMPONENT = f"[^{_NOT_IN_PATH}.~ -][^{_NOT_IN_PATH}]{{0,62}}"
 MEDIA_PATH_PATTERN = f"^{_COMPONENT}(/{_COMPONENT})*$"
+# The input_url shape the schema declares: a subset of media.sources.guard.check_shape (https with a
+# plain host name, or s3://bucket/key); whether the host is public is known only when asked.
+SOURCE_URL_PATTERN = (
+    "^(https://[A-Za-z0-9][A-Za-z0-9.-]{0,252}(/[^\\u0000-\\u0020\\u007f]*)?"
+    "|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\\u0000-\\u0020\\u007f/][^\\u0000-\\u0020\\u007f]*)$"
+)
+SourceURL = Annotated[str, WithJsonSchema({"type": "string", "pattern": SOURCE_URL_PATTERN})]
 MediaPath = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": MEDIA_PATH_PATTERN, "maxLength": 256})
 ]
@@ -234,7 +241,7 @@ class SingleInput(Params):
     model_config = ConfigDict(json_schema_extra=exactly_one_of("input", "input_url", "video_id"))
 
     input: MediaPath | None = Field(None, description="Path relative to the media root")
-    input_url: str | None = Field(
+    input_url: SourceURL | None = Field(
         None,
         max_length=MAX_URL_CHARS,
         description="https:// URL (http:// when JETENCODE_FETCH_ALLOW_HTTP is on) or s3://bucket/key, "

@@ -40,7 +40,7 @@ def system_resolver(host: str, port: int) -> list[str]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise UnsafeSourceURL(f"host {host!r} does not resolve") from exc
+        raise UnsafeSourceURL(unreachable(host)) from exc
     found: list[str] = []
     for *_ignored, sockaddr in infos:
         text = sockaddr[0].split("%", 1)[0]
@@ -98,19 +98,25 @@ class Policy:
             return
         if not address_is_public(ipaddress.ip_address(address)):
             # The address itself is not named: it would map internal names for a caller.
-            raise UnsafeSourceURL(
-                f"host {host!r} is not a public address (loopback, private, link-local and other "
-                "non-public targets are refused; JETENCODE_FETCH_ALLOW_PRIVATE=true allows them)"
-            )
+            raise UnsafeSourceURL(unreachable(host))
 
     def resolve(self, host: str, port: int) -> list[str]:
         """The checked addresses of `host` (all of them must pass)."""
         addresses = self.resolver(host, port)
         if not addresses:
-            raise UnsafeSourceURL(f"host {host!r} does not resolve")
+            raise UnsafeSourceURL(unreachable(host))
         for address in addresses:
             self.check_address(host, port, address)
         return addresses
+
+
+def unreachable(host: str) -> str:
+    """One message whether `host` does not resolve or resolves to a non-public address (as for
+    webhooks, media.webhooks.check_url): two would tell a caller which internal names exist."""
+    return (
+        f"host {host!r} is not a public address or does not resolve (loopback, private, link-local and "
+        "other non-public targets are refused; JETENCODE_FETCH_ALLOW_PRIVATE=true allows them)"
+    )
 
 
 def check_shape(url: str, *, allow_http: bool) -> SplitResult:
