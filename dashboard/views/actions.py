@@ -137,53 +137,39 @@ def job_action(request, job_id, action):
     return answer(request, message, fallback=fallback, extra={"job": _entry(job_id)})
 
 
-@operator_required
-def worker_drain(request, uid):
+def _worker_action(request, uid, act, says, key: str):
+    """Run `act(uid)` on a worker and answer with `says(result)`, the result under `key`."""
     fallback = reverse("dashboard:worker", args=[uid])
     try:
-        lifecycle = repository.drain_worker(uid)
+        result = act(uid)
     except repository.JobNotFound:
         return answer(request, f"Worker {uid} not found", status=404, fallback=fallback)
     except repository.ActionNotAllowed as exc:
         return answer(request, str(exc), status=409, fallback=fallback)
-    return answer(
-        request,
-        f"Worker {uid} is {lifecycle}: it finishes what it runs and claims nothing new",
-        fallback=fallback,
-        extra={"lifecycle": lifecycle},
-    )
+    return answer(request, says(result), fallback=fallback, extra={key: result})
+
+
+@operator_required
+def worker_drain(request, uid):
+    def says(lifecycle):
+        return f"Worker {uid} is {lifecycle}: it finishes what it runs and claims nothing new"
+
+    return _worker_action(request, uid, repository.drain_worker, says, "lifecycle")
 
 
 @operator_required
 def worker_evacuate(request, uid):
-    fallback = reverse("dashboard:worker", args=[uid])
-    try:
-        moved = repository.evacuate_worker(uid)
-    except repository.JobNotFound:
-        return answer(request, f"Worker {uid} not found", status=404, fallback=fallback)
-    except repository.ActionNotAllowed as exc:
-        return answer(request, str(exc), status=409, fallback=fallback)
-    return answer(
-        request,
-        f"Worker {uid} evacuated: {moved} job(s) moved to other workers; it claims nothing new",
-        fallback=fallback,
-        extra={"jobs_moved": moved},
-    )
+    def says(moved):
+        return f"Worker {uid} evacuated: {moved} job(s) moved to other workers; it claims nothing new"
+
+    return _worker_action(request, uid, repository.evacuate_worker, says, "jobs_moved")
 
 
 @operator_required
 def worker_undrain(request, uid):
     """Return a drained or evacuated worker to service (the API's POST /v2/workers/{uid}/undrain)."""
-    fallback = reverse("dashboard:worker", args=[uid])
-    try:
-        lifecycle = repository.undrain_worker(uid)
-    except repository.JobNotFound:
-        return answer(request, f"Worker {uid} not found", status=404, fallback=fallback)
-    except repository.ActionNotAllowed as exc:
-        return answer(request, str(exc), status=409, fallback=fallback)
-    return answer(
-        request,
-        f"Worker {uid} is {lifecycle}: it claims work again",
-        fallback=fallback,
-        extra={"lifecycle": lifecycle},
-    )
+
+    def says(lifecycle):
+        return f"Worker {uid} is {lifecycle}: it claims work again"
+
+    return _worker_action(request, uid, repository.undrain_worker, says, "lifecycle")
