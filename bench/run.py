@@ -40,6 +40,7 @@ MEASUREMENTS = (
     "peers",
     "startup",
     "split",
+    "gpu",
 )
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -127,8 +128,9 @@ PROFILES = {
         "split_shape": "smoke",
     },
 }
-# Not in the smoke set: media, quality and split (FFmpeg), farm (its own server), startup (its own
-# embedded server and a whole run command), peers (procrastinate and pgqueuer, from the `dev` extra).
+# Not in the smoke set: media, quality, split and gpu (FFmpeg; gpu also NVENC), farm (its own server),
+# startup (its own embedded server and a whole run command), peers (procrastinate and pgqueuer, from
+# the `dev` extra).
 SMOKE_DEFAULT = ("throughput", "ceiling", "claim", "serialized", "wakeup", "web", "failover")
 CONCURRENCY = 4
 THROUGHPUT_POLL_SECONDS = 0.1
@@ -369,6 +371,7 @@ class Runner:
             ("peers", self.measure_peers),
             ("startup", self.measure_startup),
             ("split", self.measure_split),
+            ("gpu", self.measure_gpu),
         ):
             if name in selected:
                 self.step(name, measure)
@@ -479,10 +482,17 @@ class Runner:
             self.url,
             self.workdir,
             self.media_root,
-            shape=self.profile["split_shape"],
+            shape=self.args.split_shape or self.profile["split_shape"],
             measure_quality=self.args.split_metrics != "none",
+            counts=self.args.split_workers,
             log=log,
         )
+
+    def measure_gpu(self) -> dict:
+        from bench import gpu
+
+        keep = Path(self.args.gpu_keep) if self.args.gpu_keep else None
+        return gpu.measure(self.url, self.workdir, self.media_root, keep=keep, log=log)
 
     def report(self, selected: list[str], started_at: datetime, seconds: float, machine: dict) -> dict:
         p = self.profile
@@ -805,7 +815,7 @@ def _web_and_media_rows(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_table(report: dict) -> None:
-    from bench import failover, peers, quality, serialized, split, startup
+    from bench import failover, gpu, peers, quality, serialized, split, startup
 
     results = report["results"]
     rows = (
@@ -820,6 +830,7 @@ def print_table(report: dict) -> None:
         + peers.table_rows(results.get("peers"))
         + startup.table_rows(results.get("startup"))
         + split.table_rows(results.get("split"))
+        + gpu.table_rows(results.get("gpu"))
         + [
             (name, "ERROR", data["error"][:70])
             for name, data in results.items()
@@ -931,6 +942,24 @@ def main(argv: list[str] | None = None) -> int:
         default="vmaf",
         help="split: score every frame of every run (default), or none: the encoding pipeline's "
         "speed-up alone, without the measuring stages (their cost grows with the pixels scored)",
+    )
+    parser.add_argument(
+        "--split-shape",
+        choices=("full", "quick", "farm"),
+        help="split: the source and ladder (default full: 1080p 150 s; --quick: 360p 24 s; farm: 540p "
+        "120 s in 30 chunks, for many workers)",
+    )
+    parser.add_argument(
+        "--split-workers",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="split: worker counts of the split runs (default 1, 2 and the number of cores)",
+    )
+    parser.add_argument(
+        "--gpu-keep",
+        metavar="DIR",
+        help="gpu: copy the source and each codec's unsplit top rung here (to score them elsewhere)",
     )
     parser.add_argument(
         "--database",

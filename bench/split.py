@@ -30,8 +30,11 @@ from bench.workers import WorkerPool, stop_processes
 
 FULL = {"size": "1920x1080", "seconds": 150, "ladder": [1080, 720, 480], "chunk_seconds": 10}
 QUICK = {"size": "640x360", "seconds": 24, "ladder": [360, 240, 144], "chunk_seconds": 4}
+# Many workers (`--split-shape farm --split-workers 2 4 8 16`): 30 chunks, so 16 workers get about two
+# each, and a single-thread unsplit run of about a minute (the GPU machine's 16 cores in one lease).
+FARM = {"size": "960x540", "seconds": 120, "ladder": [540, 360, 240], "chunk_seconds": 4}
 SMOKE = {"size": "320x180", "seconds": 8, "ladder": [180, 144], "chunk_seconds": 2}  # tests only
-SHAPES = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
+SHAPES = {"full": FULL, "quick": QUICK, "farm": FARM, "smoke": SMOKE}
 SCENES = (  # (lavfi source, filters) per scene: moving pattern, rotating, gradients, recoloured pattern
     ("testsrc2=size={size}:rate=25", ""),
     ("testsrc=size={size}:rate=25", ",rotate=a=0.4*t:fillcolor=black"),
@@ -215,13 +218,21 @@ def one_run(url: str, workdir: Path, rel: str, workers: int, params: dict, timeo
 
 
 def measure(
-    url: str, workdir: Path, media_root: Path, *, shape: str = "full", measure_quality: bool = True, log=print
+    url: str,
+    workdir: Path,
+    media_root: Path,
+    *,
+    shape: str = "full",
+    measure_quality: bool = True,
+    counts: list[int] | None = None,
+    log=print,
 ) -> dict:
+    """`counts`: the split runs' worker counts (default 1, 2 and the core count)."""
     name, shape = shape, SHAPES[shape]
     rel = "videos/bench-split.mp4"
     make_source(media_root / rel, shape["size"], shape["seconds"])
     cores = len(os.sched_getaffinity(0))
-    counts = sorted({1, min(2, cores), cores})
+    counts = sorted(set(counts or {1, min(2, cores), cores}))
     ladder = [{"height": h} for h in shape["ladder"]]
     # Every frame scored (vmaf_subsample 1): subsampled, the split and the unsplit run would score
     # different frames (each chunk restarts the pattern), and their means would differ by that alone.

@@ -34,6 +34,7 @@ class WorkerPool:
     notify: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     uid_prefix: str = "bench"
+    extra_args: list[str] = field(default_factory=list)  # more runworker options (e.g. --categories)
     procs: list[subprocess.Popen] = field(default_factory=list)
     uids: list[str] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
@@ -72,6 +73,7 @@ class WorkerPool:
                         str(self.concurrency),
                         "--workspace",
                         str(self.workdir / "workspace" / uid),
+                        *self.extra_args,
                     ],
                     cwd=ROOT,
                     env=env,
