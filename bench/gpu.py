@@ -57,7 +57,7 @@ def raw_speed(source: Path, encoders: list[str]) -> dict:
         out[encoder] = (
             {"fps": round(frames / seconds, 1), "seconds": round(seconds, 2)}
             if proc.returncode == 0
-            else {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
+            else {"error": " | ".join(proc.stderr.strip().splitlines()[:4]) or f"exit {proc.returncode}"}
         )
     return out
 

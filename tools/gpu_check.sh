@@ -18,7 +18,10 @@ step() { echo "== $(date -u +%T) $*"; }
 step setup
 SITE=/tmp/jetencode-site
 mkdir -p "$SITE" && tar xJf .carry/site312.tar.xz -C "$SITE" || exit 1
-export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/nvidia/bin
+# A .pth file, not PYTHONPATH: media probes run in an isolated `python -I` child (media/sandbox.py),
+# which ignores PYTHON* variables but reads the interpreter's site-packages.
+echo "import sys; sys.path.insert(0, '$SITE')" >"$(python3 -c 'import site; print(site.getsitepackages()[0])')/jetencode-check.pth"
+export PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/nvidia/bin
 for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
 done
