@@ -3,13 +3,14 @@
 Skipped, with the reason, unless this machine's FFmpeg confirms an NVENC encoder with its one-second
 test encode (media.ffmpeg.encoder_catalog): that is every machine without an NVIDIA GPU and driver,
 and every FFmpeg built without NVENC (imageio-ffmpeg's static binary has none: point
-JETENCODE_FFMPEG at one that has, docs/operations.md "GPU workers").
+JETENCODE_FFMPEG at one that has), and every GPU without a video encoder (the H100 and H200 have
+none: docs/benchmarks.md (13)).
 
 1. Raw speed: FFmpeg alone re-encodes a generated 1080p source with each confirmed NVENC encoder and
    with libx264 on every core, for scale: frames per second (decoding included).
 2. Through JetEncode: one worker, its slots from its own detection (the GPU gives it gpu_encode
    slots), runs a `hardware: gpu` transcode per codec (a 1080p + 720p ladder), unsplit and split in
-   4-second chunks, measured by the quality stage. Per job: wall time, the encoders its stages used,
+   4-second chunks, measured by the quality stage where that FFmpeg has libvmaf. Per job: wall time, the encoders its stages used,
    and per rendition the frame count against the source's, the chunk starts that are not keyframes,
    whether timestamps strictly increase, whether a full decode prints anything at `-v error`, the
    bitrate and the pooled scores.

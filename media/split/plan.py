@@ -9,11 +9,16 @@ longer than `chunk_seconds` and none is a short straggler at the end. Each inner
 to the strongest scene cut within +/- the scene window, if there is one (`scenes.strongest_cut`:
 FFmpeg's scene score on a 64-pixel-wide decode of the window only; its measured cost is in
 the `scenes` docstring). The window is at most a quarter of a chunk, so chunks never collapse.
+The windows are scanned in parallel, one single-thread FFmpeg each, as many at once as the
+worker's FFmpeg may use threads (JETENCODE_FFMPEG_THREADS, else the cores it may run on): the
+planning is the one serial step of a split job before every worker can start.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -136,16 +141,32 @@ def on_keyframe_grid(bounds: list[int], fps: Fraction, keyframe_seconds: float) 
     return [bounds[0], *inner, bounds[-1]]
 
 
+def scan_parallelism() -> int:
+    """How many scene windows to scan at once: JETENCODE_FFMPEG_THREADS when it is set (the
+    thread budget a worker's FFmpeg runs are held to), else the cores this process may run on."""
+    from django.conf import settings
+
+    threads = int(getattr(settings, "FFMPEG_THREADS", 0) or 0)
+    return max(1, threads or len(os.sched_getaffinity(0)))
+
+
 def _snap(
     source: Path, timeline: Timeline, nominal: list[int], window: int, ffmpeg
 ) -> tuple[list[int], list[int]]:
     """(boundaries, the ones on a cut): each inner boundary moved to the strongest cut within
-    +/- `window` frames, kept strictly after the previous boundary."""
+    +/- `window` frames, kept strictly after the previous boundary. Each window depends only on
+    its nominal boundary, so they are scanned at once; the choice stays in boundary order."""
+    inner = nominal[1:-1]
+    cuts: list[int | None] = [None] * len(inner)
+    if window > 0 and inner:
+        with ThreadPoolExecutor(max_workers=min(scan_parallelism(), len(inner))) as pool:
+            cuts = list(
+                pool.map(
+                    lambda b: strongest_cut(source, timeline, (b - window, b + window), ffmpeg=ffmpeg), inner
+                )
+            )
     bounds, on_cut = [nominal[0]], []
-    for b in nominal[1:-1]:
-        cut = None
-        if window > 0:
-            cut = strongest_cut(source, timeline, (b - window, b + window), ffmpeg=ffmpeg)
+    for b, cut in zip(inner, cuts, strict=True):
         if cut is not None and cut > bounds[-1] and cut < nominal[-1]:
             bounds.append(cut)
             on_cut.append(cut)

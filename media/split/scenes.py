@@ -48,6 +48,8 @@ def window_argv(
         "error",
         "-copyts",  # keep the source's timestamps, so pts_time maps back to frame numbers
         "-noaccurate_seek",
+        "-threads",  # one decoding thread: windows run side by side (plan._snap)
+        "1",
         "-ss",
         _num(max(0.0, seek)),
         *input_args(),

@@ -141,3 +141,23 @@ def test_the_split_bench_runs_unsplit_and_split_and_compares_them(tmp_path):
         assert abs(run["180p_vmaf_delta"]) < 5 and 0.8 < run["180p_bitrate_ratio"] < 1.2
         assert 0 < run["overhead_share"] < 1 and run["tail_seconds"] is not None
     assert "(12) split on" in proc.stdout
+
+
+def test_split_on_chosen_worker_counts_and_gpu_without_nvenc(tmp_path):
+    """`--split-workers` picks the split runs; `--only gpu` says why it is skipped where FFmpeg
+    confirms no NVENC encoder (every CI machine), and runs its jobs where one is confirmed."""
+    output = tmp_path / "bench.json"
+    argv = [sys.executable, "-m", "bench", "--smoke", "--only", "split", "gpu", "--split-workers", "2"]
+    argv += ["--split-metrics", "none", "--database", f"jetencode_bench_split_{os.getpid()}"]
+    proc = subprocess.run(
+        [*argv, "--output", str(output)], cwd=ROOT, capture_output=True, text=True, timeout=170, check=False
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    results = json.loads(output.read_text())["results"]
+    assert [run["workers"] for run in results["split"]["split"]] == [2]
+    assert results["split"]["mismatches"] == 0 and results["split"]["shape"] == "smoke"
+    gpu = results["gpu"]
+    if "jobs" in gpu:
+        assert all(run["status"] == "completed" for run in gpu["jobs"]), gpu
+    else:
+        assert "NVENC" in gpu["skipped"], gpu
