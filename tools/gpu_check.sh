@@ -7,7 +7,7 @@
 # It runs on a bare machine that has python3 and nothing else: .carry/site312.tar.xz holds the
 # packages (cp312 wheels, unpacked and trimmed), PyAV's FFmpeg libraries with an `ffmpeg` built on
 # them (NVENC; no libvmaf), imageio-ffmpeg's static FFmpeg (libvmaf) and pgserver's PostgreSQL.
-# Results go to $OUT (8 files at most come back): device.log, gpu.json, split.json, quality.json,
+# tools/gpu_carry.sh builds that file. Results go to $OUT (8 files at most come back): device.log, gpu.json, split.json, quality.json,
 # and the gpu step's source and top rungs, to be scored with VMAF where libvmaf is.
 set -u
 OUT=${OUT:-/tmp/gpu-check}
