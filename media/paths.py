@@ -13,8 +13,10 @@ image2 reader (and PyAV's) reads a name with `%` as a numbered sequence (`shot%d
 Checking a name is not enough on its own: the filesystem can change between the check and the use.
 So the worker opens inputs by file descriptor (`open_media_file`): the name is resolved and checked,
 then each component of the *resolved* path is opened with O_NOFOLLOW from the resolved root, and
-only that descriptor is read (copied or linked into the workspace). A symlink planted in between
-makes the open fail instead of leading outside. docs/security.md, "Containment".
+only that descriptor is read (copied or linked into the workspace, or, for a split job's stages,
+which read the source in place, named `/proc/self/fd/N` to FFmpeg and PyAV: `descriptor_path`).
+A symlink planted in between makes the open fail instead of leading outside. docs/security.md,
+"Containment".
 """
 
 from __future__ import annotations
@@ -189,6 +191,22 @@ def open_media_file(rel: str, *, what: str = "input") -> Iterator[tuple[int, Pat
         yield fd, path
     finally:
         os.close(fd)
+
+
+def descriptor_path(fd: int) -> Path:
+    """The name that opens descriptor `fd` itself (the inode opened, whatever its name means now):
+    in this process, and in a child that inherits `fd` under the same number (subprocess pass_fds)."""
+    return Path(f"/proc/self/fd/{int(fd)}")
+
+
+_DESCRIPTOR_PATH = re.compile(r"/proc/self/fd/([0-9]+)")
+
+
+def descriptors_named(*paths: Path | str) -> tuple[int, ...]:
+    """The descriptors that `paths` name as `descriptor_path`: what a child given those names must
+    inherit (its pass_fds). A user's name can never be one (absolute names are refused)."""
+    found = (_DESCRIPTOR_PATH.fullmatch(str(path)) for path in paths)
+    return tuple(int(match.group(1)) for match in found if match)
 
 
 def open_beneath(root: Path, parts: tuple[str, ...] | list[str], *, directory: bool = False) -> int:

@@ -305,8 +305,10 @@ class RunContext:
         on_stdout_line: Callable[[str], None] | None = None,
         stall_seconds: float | None = None,
         cwd: Path | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> subprocess.CompletedProcess:
         """Run argv in a process group the runtime owns; stream stdout lines to `on_stdout_line`.
+        `pass_fds`: open descriptors the process inherits (workers.processes.start).
 
         Returns a CompletedProcess (text stdout — empty when a callback consumed it — and the tail
         of stderr) whatever the exit code. Raises StageCancelled / LeaseLost / StageTimeout (the
@@ -316,7 +318,7 @@ class RunContext:
         self.check_cancelled()  # hands the connection back: none is held while the process runs
         run = self._run
         self._stop_past_deadline(time.monotonic())
-        group = processes.start(argv, cwd=cwd or self.workspace)
+        group = processes.start(argv, cwd=cwd or self.workspace, pass_fds=pass_fds)
         run.add_group(group)
         output = _ProcessOutput(group, on_stdout_line)
         try:

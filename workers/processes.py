@@ -137,12 +137,17 @@ minimal_environment = sandbox.minimal_environment
 
 
 def start(
-    argv: Sequence[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None
+    argv: Sequence[str],
+    *,
+    cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessGroup:
     """Start `argv` in its own session with stdout and stderr piped and no stdin, under the stage
     memory limit (RLIMIT_AS, JETENCODE_FFMPEG_MEMORY_MB; not for hardware encoders, see
     media.ffmpeg.uses_hardware) and with a minimal environment
-    (`minimal_environment`) unless `env` is given.
+    (`minimal_environment`) unless `env` is given. No descriptor is inherited but `pass_fds`
+    (under the same numbers: an input opened by descriptor and named `/proc/self/fd/N` in argv).
 
     FFmpeg's file inputs get the input whitelists (media.ffmpeg.guard_inputs: local files and
     media demuxers only), whichever stage built the argv."""
@@ -162,6 +167,7 @@ def start(
         # The child setup is tiny: a prctl and a setrlimit, no locks, no imports.
         preexec_fn=functools.partial(_child_setup, os.getpid(), memory),  # noqa: PLW1509
         close_fds=True,
+        pass_fds=tuple(pass_fds),
     )
     group = ProcessGroup(popen, argv)
     with _live_lock:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from media.commands import _num, _path
 from media.ffmpeg import ffmpeg_path, input_args
+from media.paths import descriptors_named
 from media.split.timeline import Timeline
 
 SCENE_WIDTH = 64
@@ -97,7 +98,16 @@ def strongest_cut(
         end=float(end),
         ffmpeg=ffmpeg,
     )
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    # A source opened by descriptor (`/proc/self/fd/N`, workers/stages/split_encode.media_source)
+    # is read through that descriptor: the child inherits it under the same number.
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        pass_fds=descriptors_named(source),
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"scene detection failed: {proc.stderr.strip()[-500:]}")
     best = None

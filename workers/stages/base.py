@@ -105,6 +105,7 @@ class StageContext(Protocol):
         on_stdout_line: Callable[[str], None] | None = None,
         stall_seconds: float | None = None,
         cwd: Path | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> subprocess.CompletedProcess: ...
 
     def spawn_child(self, child: ChildSpec) -> None: ...

@@ -193,9 +193,11 @@ def _link_or_copy(ctx: StageContext, fd: int, dest: Path) -> str:
     return "copied"
 
 
-def probe_media(path: Path, *, need_video: bool = True) -> MediaInfo:
+def probe_media(path: Path, *, need_video: bool = True, fd: int | None = None) -> MediaInfo:
+    """`path` measured; with `fd` (`path` opened by descriptor) the descriptor is what is read and
+    `path` only names the file in messages."""
     try:
-        info = probe(path)
+        info = probe(path) if fd is None else probe(name=path.name, fd=fd)
     except ProbeError as exc:
         raise PermanentFailure(str(exc)) from None
     if need_video and not (info.has_video and info.width and info.height):
@@ -260,8 +262,10 @@ def run_ffmpeg(
     throttle: ProgressThrottle | None,
     what: str = "ffmpeg",
     cwd: Path | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ProgressSample | None:
     """Run one FFmpeg command through ctx.run with progress, and log command, stderr tail and result.
+    `pass_fds`: the descriptors argv names as `/proc/self/fd/N` (an input opened by descriptor).
 
     Raises FFmpegFailed on a non-zero exit (the runtime raises StageCancelled/StageTimeout/LeaseLost
     itself when it killed the process group).
@@ -270,7 +274,9 @@ def run_ffmpeg(
     # shlex.join only to *display* the command; it is run as the list it is.
     ctx.log(f"{what}: {shlex.join(argv)}")
     started = time.monotonic()
-    proc = ctx.run(argv, on_stdout_line=parser.feed, stall_seconds=stall_seconds(), cwd=cwd)
+    proc = ctx.run(
+        argv, on_stdout_line=parser.feed, stall_seconds=stall_seconds(), cwd=cwd, pass_fds=pass_fds
+    )
     elapsed = time.monotonic() - started
     tail = _text(getattr(proc, "stderr", None)).strip()[-STDERR_TAIL_CHARS:]
     if proc.returncode != 0:

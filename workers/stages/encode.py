@@ -18,7 +18,7 @@ from pathlib import Path
 
 from media import commands, quality
 from media.probe import MediaInfo
-from workers.stages import split, split_reencode
+from workers.stages import split, split_encode, split_reencode
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
     child,
@@ -62,14 +62,17 @@ def _register(params, source, stem: str, job_id: str) -> dict:
 def reencode_streaming(ctx: StageContext) -> dict:
     params = stage_params(ctx, "reencode_streaming")
     source = resolve_source(params, ctx)
-    info = probe_media(source.path)  # in place: a split job never stages its input on this worker
-    choice = choose_resource(ctx)
-    size = None
-    short = min(info.width, info.height)
-    if params.max_height and short > params.max_height:
-        size = commands.fit_short_side(info.width, info.height, params.max_height)
-    stem = safe_stem(source.path.name)
-    plan, record = split.try_plan(ctx, params, source.path, info)
+    # In place (a split job never stages its input on this worker), by descriptor: the probe and
+    # the planning read the file the check approved, whatever its name means by then.
+    with split_encode.media_source(source.rel_path, what="input") as opened:
+        info = probe_media(source.path, fd=opened.fd)
+        choice = choose_resource(ctx)
+        size = None
+        short = min(info.width, info.height)
+        if params.max_height and short > params.max_height:
+            size = commands.fit_short_side(info.width, info.height, params.max_height)
+        stem = safe_stem(source.path.name)
+        plan, record = split.try_plan(ctx, params, opened.path, info)
     if plan is not None:
         split_reencode.spawn(
             ctx, params, source, info, plan, choice, size, _register(params, source, stem, ctx.job_id)

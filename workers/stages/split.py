@@ -229,11 +229,12 @@ def transcode_audio(ctx: StageContext) -> dict:
     from media.split.audio import audio_argv
 
     p = ctx.payload
-    source = split_encode.media_source(p["source"])
     out = scratch.attempt_dir(ctx, "audio") / "audio.m4a"
     started = time.monotonic()
-    argv = audio_argv(source, out, kbps=int(p.get("audio_bitrate_kbps", 128)))
-    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=throttle_for(ctx), what="audio")
+    with split_encode.media_source(p["source"]) as source:  # by descriptor: FFmpeg reads /proc/self/fd/N
+        argv = audio_argv(source.path, out, kbps=int(p.get("audio_bitrate_kbps", 128)))
+        duration, fds = float(p["duration"]), source.pass_fds
+        run_ffmpeg(ctx, argv, duration=duration, throttle=throttle_for(ctx), what="audio", pass_fds=fds)
     if not out.exists():
         raise PermanentFailure("the audio encode wrote no file")
     ctx.progress(100.0)

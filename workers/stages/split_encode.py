@@ -7,7 +7,9 @@ scratch and, with `target_vmaf`, searches each chunk's own CRF first (media.spli
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from media import commands
-from media.paths import UnsafePathError, resolve_media_path
+from media.paths import UnsafePathError, descriptor_path, open_media_file
 from workers.stages.base import PermanentFailure, StageContext
 from workers.stages.common import partial_path, run_ffmpeg, throttle_for
 
@@ -28,12 +30,31 @@ class Encoded:
     search: dict[str, Any] | None  # per-chunk CRF search records, by rung (target_vmaf)
 
 
-def media_source(relative: str) -> Path:
-    """The source, read in place from the shared media root (checked again here)."""
-    try:
-        return resolve_media_path(relative, must_exist=True, kind="file", what="source")
-    except UnsafePathError as exc:
-        raise PermanentFailure(str(exc)) from None
+@dataclass(frozen=True)
+class OpenSource:
+    """The source opened by descriptor: `path` (`/proc/self/fd/N`) is what FFmpeg and PyAV open,
+    and a child process gets the descriptor under the same number (`pass_fds`)."""
+
+    fd: int
+    path: Path
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self.fd,)
+
+
+@contextlib.contextmanager
+def media_source(relative: str, *, what: str = "source") -> Iterator[OpenSource]:
+    """The source, read in place from the shared media root without a copy (DECISIONS 19): checked
+    again here and opened by descriptor (media.paths.open_media_file: O_NOFOLLOW below the resolved
+    root). Readers get `/proc/self/fd/N`, never the name, so a symlink swapped in after the check
+    cannot lead outside the root: they read the file the check approved. Open while it is used."""
+    with contextlib.ExitStack() as stack:
+        try:
+            fd, _path = stack.enter_context(open_media_file(relative, what=what))
+        except UnsafePathError as exc:
+            raise PermanentFailure(str(exc)) from None
+        yield OpenSource(fd, descriptor_path(fd))
 
 
 def ffmpeg_threads() -> int | None:
@@ -103,7 +124,7 @@ def _rungs(p: dict, encodings: list) -> list:
     ]
 
 
-def _searched(ctx: StageContext, p: dict, source: Path, out_dir: Path) -> Encoded:
+def _searched(ctx: StageContext, p: dict, source: OpenSource, out_dir: Path) -> Encoded:
     """Per-shot quality: each rung's CRF searched on this chunk; the chosen probes are the files."""
     from workers.stages.split_target import search_chunk_crf
 
@@ -125,19 +146,22 @@ def encode_chunk(ctx: StageContext, p: dict, out_dir: Path) -> Encoded:
     (one decode of the chunk) for all rungs, or with `target_vmaf` each rung's own CRF search."""
     from media.split.encode import chunk_argv
 
-    source = media_source(p["source"])
-    if p.get("target_vmaf") is not None:
-        return _searched(ctx, p, source, out_dir)
-    chunk, _plan = local_plan(p)
-    rungs = p["renditions"]
-    encodings = [rung_encoding(rung) for rung in rungs]
-    finals = [out_dir / f"{rung['name']}.mp4" for rung in rungs]
-    partials = [partial_path(path) for path in finals]
-    argv = chunk_argv(
-        source, chunk, fps_of(p["fps"]), _rungs(p, encodings), partials, threads=ffmpeg_threads()
-    )
-    seconds = chunk.end_seconds - chunk.start_seconds
-    run_ffmpeg(ctx, argv, duration=seconds, throttle=throttle_for(ctx), what=f"chunk {p['chunk']['index']}")
+    with media_source(p["source"]) as source:
+        if p.get("target_vmaf") is not None:
+            return _searched(ctx, p, source, out_dir)
+        chunk, _plan = local_plan(p)
+        rungs = p["renditions"]
+        encodings = [rung_encoding(rung) for rung in rungs]
+        finals = [out_dir / f"{rung['name']}.mp4" for rung in rungs]
+        partials = [partial_path(path) for path in finals]
+        argv = chunk_argv(
+            source.path, chunk, fps_of(p["fps"]), _rungs(p, encodings), partials, threads=ffmpeg_threads()
+        )
+        seconds = chunk.end_seconds - chunk.start_seconds
+        what = f"chunk {p['chunk']['index']}"
+        run_ffmpeg(
+            ctx, argv, duration=seconds, throttle=throttle_for(ctx), what=what, pass_fds=source.pass_fds
+        )
     for partial, final in zip(partials, finals, strict=True):
         os.replace(partial, final)
     return Encoded(

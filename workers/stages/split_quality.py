@@ -108,13 +108,11 @@ def transcode_chunk_quality(ctx: StageContext) -> dict:
     n = int(p["n_subsample"])
     size = {"width": int(p["source_width"]), "height": int(p["source_height"])}
     metrics = list(p["metrics"])
-    argv = chunk_measure_argv(
-        media_source(p["source"]), *local, scored, **size, n_subsample=n, metrics=metrics
-    )
     started = time.monotonic()
-    run_ffmpeg(
-        ctx, argv, duration=float(p["duration"]), throttle=None, what=f"quality chunk {chunk['index']}"
-    )
+    with media_source(p["source"]) as source:  # by descriptor: FFmpeg reads /proc/self/fd/N
+        argv = chunk_measure_argv(source.path, *local, scored, **size, n_subsample=n, metrics=metrics)
+        what, fds = f"quality chunk {chunk['index']}", source.pass_fds
+        run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=None, what=what, pass_fds=fds)
     scores = {name: chunk_scores(log, local, n) for name, (_path, log) in zip(names, scored, strict=True)}
     path = out_dir / "scores.json"
     path.write_text(json.dumps(scores))

@@ -22,27 +22,30 @@ from media.split.pooling import chunk_frame_scores, chunk_measure_argv
 from media.split.target import PROBE_PERCENTILE, PROBE_SUBSAMPLE, PROBES, crf_bounds, next_probe
 from workers.stages.base import StageContext
 from workers.stages.common import run_ffmpeg
-from workers.stages.split_encode import ffmpeg_threads, stitchable
+from workers.stages.split_encode import OpenSource, ffmpeg_threads, stitchable
 
 
-def _probe(ctx: StageContext, source: Path, local, rung: Rung, crf: int, work: Path, size) -> dict:
+def _probe(ctx: StageContext, source: OpenSource, local, rung: Rung, crf: int, work: Path, size) -> dict:
     chunk, plan = local
     encode = work / f"{rung.width}x{rung.height}_crf{crf}.mp4"
     log = work / f"{rung.width}x{rung.height}_crf{crf}.json"
     probe_rung = replace(rung, encoding=replace(rung.encoding, crf=crf))
     what = f"chunk {chunk.index} probe crf {crf}"
-    argv = stitchable(rendition_argv(source, chunk, plan.fps, probe_rung, encode, threads=ffmpeg_threads()))
-    run_ffmpeg(ctx, argv, duration=None, throttle=None, what=what)
-    argv = chunk_measure_argv(
-        source, chunk, plan, [(encode, log)], width=size[0], height=size[1], n_subsample=PROBE_SUBSAMPLE
+    fds = source.pass_fds  # the source by descriptor (split_encode.media_source), never by name
+    argv = stitchable(
+        rendition_argv(source.path, chunk, plan.fps, probe_rung, encode, threads=ffmpeg_threads())
     )
-    run_ffmpeg(ctx, argv, duration=None, throttle=None, what=f"{what} vmaf")
+    run_ffmpeg(ctx, argv, duration=None, throttle=None, what=what, pass_fds=fds)
+    argv = chunk_measure_argv(
+        source.path, chunk, plan, [(encode, log)], width=size[0], height=size[1], n_subsample=PROBE_SUBSAMPLE
+    )
+    run_ffmpeg(ctx, argv, duration=None, throttle=None, what=f"{what} vmaf", pass_fds=fds)
     score = percentile(chunk_frame_scores(log, chunk, plan, PROBE_SUBSAMPLE), PROBE_PERCENTILE)
     return {"crf": crf, "vmaf": round(score, 3), "bytes": encode.stat().st_size, "file": encode}
 
 
 def search_chunk_crf(
-    ctx: StageContext, source: Path, local, rung: Rung, target: float, work: Path, source_size
+    ctx: StageContext, source: OpenSource, local, rung: Rung, target: float, work: Path, source_size
 ) -> dict[str, Any]:
     """The chunk's CRF for `target` on this rung: {"chosen_crf", "vmaf", "reached", "probes", "file"}."""
     low, high = crf_bounds(rung)

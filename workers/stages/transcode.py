@@ -20,6 +20,7 @@ in the job's workspace.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -279,12 +280,15 @@ def transcode(ctx: StageContext) -> dict:
     params = stage_params(ctx, "transcode")
     source = resolve_source(params, ctx)
     ctx.check_cancelled()
-    info = probe_media(source.path)  # in place: a split job never stages its input on this worker
-    ctx.log(
-        f"source: {info.width}x{info.height} {info.fps} fps {info.video_codec}/{info.audio_codec or '-'} "
-        f"{info.duration_seconds:.2f}s"
-    )
-    plan, record = split.try_plan(ctx, params, source.path, info)
+    # In place (a split job never stages its input on this worker), by descriptor: the probe and
+    # the planning read the file the check approved, whatever its name means by then.
+    with split_encode.media_source(source.rel_path, what="input") as opened:
+        info = probe_media(source.path, fd=opened.fd)
+        ctx.log(
+            f"source: {info.width}x{info.height} {info.fps} fps {info.video_codec}/{info.audio_codec or '-'} "
+            f"{info.duration_seconds:.2f}s"
+        )
+        plan, record = split.try_plan(ctx, params, opened.path, info)
     choice = choose_resource(ctx)
     placed = _place_ladder(ctx, params, info, choice)
     if plan is not None:
@@ -397,15 +401,17 @@ def _rendition_result(ctx: StageContext, name: str, final: Path, encoding, searc
 @stage("transcode.thumbnail")
 def transcode_thumbnail(ctx: StageContext) -> dict:
     p = ctx.payload
-    if scratch.on_scratch(ctx):  # a split job: from the media root, onto the scratch
-        src = split_encode.media_source(p["source"])
-        final = scratch.attempt_dir(ctx, "thumbnail") / THUMBNAIL
-    else:
-        src = ws(ctx, p["input"])
-        final = Path(ctx.workspace) / THUMBNAIL
-    partial = partial_path(final)
-    argv = commands.thumbnail(src, partial, timestamp=float(p["timestamp"]), width=int(p["width"]))
-    run_ffmpeg(ctx, argv, duration=None, throttle=None, what="thumbnail")
+    with contextlib.ExitStack() as stack:
+        if scratch.on_scratch(ctx):  # a split job: from the media root (by descriptor), onto the scratch
+            source = stack.enter_context(split_encode.media_source(p["source"]))
+            src, fds = source.path, source.pass_fds
+            final = scratch.attempt_dir(ctx, "thumbnail") / THUMBNAIL
+        else:
+            src, fds = ws(ctx, p["input"]), ()
+            final = Path(ctx.workspace) / THUMBNAIL
+        partial = partial_path(final)
+        argv = commands.thumbnail(src, partial, timestamp=float(p["timestamp"]), width=int(p["width"]))
+        run_ffmpeg(ctx, argv, duration=None, throttle=None, what="thumbnail", pass_fds=fds)
     if not partial.exists():
         raise PermanentFailure(f"no frame at {p['timestamp']}s")
     os.replace(partial, final)
