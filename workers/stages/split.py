@@ -3,16 +3,19 @@
     transcode (dispatch, cpu)        probes the source in the media root, plans the chunks
       │                              (media.split.plan), stores the plan in its result (`split`)
       ├─ transcode.chunk × K         cluster: one FFmpeg run per chunk encodes the chunk's exact frame
-      │                              range for every rung (one decode of the source)
+      │                              range for every rung (one decode of the source); with
+      │                              quality_metrics a cpu chunk then measures its own files, so
+      │                              measuring overlaps the other chunks' encodes
       ├─ transcode.audio             cluster: the whole source's audio, once (never per chunk)
       ├─ transcode.thumbnail         cluster: the JPEG, from the media root
       └─ transcode.stitch            cluster, waits for its siblings: checks every chunk's frame count
            │                         against the plan; a chunk that does not match is redone (a new
            │                         chunk task and a new stitch); else joins each rung's chunks
            │                         without re-encoding and muxes the audio
-           ├─ transcode.chunk_quality × K   per chunk, every rung scored on its frame range
-           └─ transcode.split_quality       waits for them: pools the per-frame scores, seams,
-                │                           gate, quality.json
+           ├─ transcode.chunk_quality       per stitched chunk that did not measure itself (a GPU
+           │                                chunk, or a wrong frame count there): scored here
+           └─ transcode.split_quality       waits for them: pools the per-frame scores of the
+                │                           stitched chunk attempts, seams, gate, quality.json
                 └─ transcode.package → transcode.upload   as unsplit, on the scratch (cluster)
 
 Every stage after the dispatch is placed `cluster` and works on the shared scratch (workers/scratch.py,

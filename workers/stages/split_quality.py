@@ -1,9 +1,15 @@
 """Measuring a split transcode: per chunk in parallel, pooled from the per-frame scores.
 
-transcode.chunk_quality × K (cluster, cpu)   scores every rung's chunk file against the source's
-                                             same frame range (input seek, then exactly the chunk's
-                                             frame count); writes the per-frame scores to scratch
-transcode.split_quality (cluster, waits)     pools them per rung (media.split.pooling: mean, vmaf_p1,
+`measure_chunk` scores every rung's chunk file against the source's same frame range (input seek,
+then exactly the chunk's frame count) and writes the per-frame scores to scratch. A cpu chunk runs
+it itself right after its encode (workers/stages/split.py), so measuring overlaps the other chunks'
+encodes instead of trailing the stitch; the rest are measured after the stitch:
+
+transcode.chunk_quality (cluster, cpu)       a stitched chunk that did not measure itself (a GPU
+                                             chunk: libvmaf would hold its GPU slot; or one whose
+                                             frame count was wrong there), from the stitched files
+transcode.split_quality (cluster, waits)     pools per rung the measurements of exactly the chunk
+                                             attempts the stitch joined (media.split.pooling: mean, vmaf_p1,
                                              vmaf_p5, and the frames around each seam apart), applies
                                              the min_vmaf gate, writes quality.json, spawns packaging
 
