@@ -103,6 +103,10 @@ def chunk_grid(job_id, execution_id: int | None = None) -> dict[str, Any] | None
     for row in _chunks(job_id, execution_id, CHUNK_QUALITY):
         if row["state"] == "completed" and isinstance(row["result"], dict):
             vmaf[int(row["result"]["index"])] = row["result"].get("vmaf") or {}
+    for index, row in latest.items():  # a cpu chunk measures itself (workers/stages/split.py)
+        measured = row["result"].get("quality") if isinstance(row["result"], dict) else None
+        if measured:
+            vmaf[index] = measured.get("vmaf") or {}
     rows = []
     for index in sorted(latest):
         row = latest[index]

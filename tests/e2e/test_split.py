@@ -70,6 +70,10 @@ def tasks_of(job, task_type: str) -> list[tuple]:
     )
 
 
+def as_json(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def video_packets(path: Path) -> tuple[int, list[float]]:
     """(video frames, their presentation times in seconds), by demuxing."""
     with av.open(str(path)) as container:
@@ -207,7 +211,7 @@ def test_a_tampered_chunk_is_redone_and_never_stitched(start_worker, roots, spli
     # This worker takes no background stage: the stitch waits until the test has tampered a chunk.
     media_only = start_worker("tamper-a", "--concurrency", "2", "--background-slots", "0", env=SCRATCH_ENV)
     rel = roots.add(split_clip, "src/split.mp4")
-    job = submit(rel)
+    job = submit(rel, quality_metrics=["vmaf"], vmaf_subsample=2)
 
     def all_encoded():
         states = [c[1] for c in tasks_of(job, "transcode.chunk")]
@@ -258,6 +262,27 @@ def test_a_tampered_chunk_is_redone_and_never_stitched(start_worker, roots, spli
     assert first["redo"] == [2] and "30 frames" in first["mismatches"]["2"][0]
     assert len(stitches) == 2
     assert_exact_outputs(roots, job)
+    # Chunk 2 measured itself before it was tampered with; its redo measured its own new files, and
+    # only that measurement was pooled (never the stale one of the attempt the stitch sent back).
+    (stale, stale_result), (redo, redo_result) = [
+        (task, as_json(result))
+        for task, result in sql(
+            "SELECT id, result FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.chunk' "
+            "AND (payload -> 'chunk' ->> 'index')::int = 2 ORDER BY id",
+            [job],
+        )
+    ]
+    assert stale_result["quality"]["scores"].startswith(f"chunks/00002/t{stale}a")
+    assert redo_result["quality"]["scores"].startswith(f"chunks/00002/t{redo}a")
+    pooling = as_json(
+        one(
+            "SELECT payload FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.split_quality'",
+            [job],
+        )
+    )
+    assert pooling["chunk_measured"]["2"]["scores"] == redo_result["quality"]["scores"]
+    for entry in job_quality_document(job)["renditions"]:
+        assert entry["chunks"][2]["vmaf"] == redo_result["quality"]["vmaf"][entry["name"]]
     # /metrics counts the chunks and the stitch failure.
     samples = metric_samples()
     assert samples[("jetencode_split_stitch_failures_24h", "chunk_mismatch")] == 1
@@ -297,7 +322,30 @@ def test_a_split_jobs_quality_is_measured_per_chunk_and_pooled_with_seams(start_
     job = submit(rel, quality_metrics=["vmaf", "psnr"], vmaf_subsample=2)
     wait_for(lambda: job_status(job) in ("completed", "failed"), 180, "the job to end", workers=workers)
     assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
-    assert len(tasks_of(job, "transcode.chunk_quality")) == 4
+    # Every chunk measured its own files right after encoding them, before the stitch started (so
+    # measuring overlaps the other chunks' encodes); no measuring stage ran after the stitch, and
+    # the pooling read exactly the measurements of the chunk attempts the stitch joined.
+    assert tasks_of(job, "transcode.chunk_quality") == []
+    stitch_started = one(
+        "SELECT started_at FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.stitch'", [job]
+    )
+    pooling = as_json(
+        one(
+            "SELECT payload FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.split_quality'",
+            [job],
+        )
+    )
+    assert pooling["chunk_files"] == {}
+    chunks = {}
+    for task, attempt, result, finished in sql(
+        "SELECT id, attempt, result, finished_at FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.chunk'",
+        [job],
+    ):
+        result = as_json(result)
+        chunks[result["index"]] = result
+        assert finished < stitch_started
+        assert result["quality"]["scores"].startswith(f"chunks/{result['index']:05d}/t{task}a{attempt}/")
+        assert pooling["chunk_measured"][str(result["index"])]["scores"] == result["quality"]["scores"]
     document = job_quality_document(job)
     published = json.loads((roots.job_outputs(job) / "quality.json").read_text())
     assert published["renditions"] == document["renditions"]
@@ -307,6 +355,9 @@ def test_a_split_jobs_quality_is_measured_per_chunk_and_pooled_with_seams(start_
         assert all(0 < s["vmaf_min"] <= s["vmaf_mean"] <= 100 for s in entry["seams"])
         assert [c["index"] for c in entry["chunks"]] == [0, 1, 2, 3]
         assert all(c["crf"] == 23 and 0 < c["vmaf"] <= 100 for c in entry["chunks"])
+        assert [c["vmaf"] for c in entry["chunks"]] == [
+            chunks[i]["quality"]["vmaf"][entry["name"]] for i in range(4)
+        ]
         assert entry["psnr_db"] > 20
     assert_exact_outputs(roots, job)
 

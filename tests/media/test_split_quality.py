@@ -99,3 +99,70 @@ def test_pooling_takes_percentiles_over_every_frame_and_reports_each_seam():
     ]
     with pytest.raises(ValueError):
         pool([[90.0], []])
+
+
+# ---- where each chunk is measured (workers/stages/split.py, split_quality.py) ----------------------
+
+
+def _stitched(measured: set[int]):
+    """A stitch's payload, what it hands on, and the accepted chunk results it used: the chunks in
+    `measured` measured themselves after encoding."""
+    chunks = [
+        {
+            "index": i,
+            "first_frame": 25 * i,
+            "last_frame": 25 * i + 24,
+            "start_seconds": i,
+            "end_seconds": i + 1,
+        }
+        for i in range(3)
+    ]
+    p = {"plan": {"chunks": chunks, "fps": "25", "frame_count": 75}, "renditions": [{"name": "180p"}]}
+    after = {"source": "src/a.mp4", "metrics": ["vmaf"], "n_subsample": 1, "source_width": 320}
+    after |= {"source_height": 180, "min_vmaf": None, "package": {"duration": 3.0}}
+    results = {
+        i: {
+            "index": i,
+            "files": {"180p": f"chunks/{i:05d}/t{10 + i}a1/180p.mp4"},
+            "crf": {"180p": 23},
+            **(
+                {"quality": {"scores": f"chunks/{i:05d}/t{10 + i}a1/scores.json", "libvmaf_version": "3"}}
+                if i in measured
+                else {}
+            ),
+        }
+        for i in range(3)
+    }
+    return p, after, results
+
+
+def test_the_stitch_measures_only_the_chunks_that_did_not_measure_themselves():
+    from workers.stages.split_quality import quality_children
+
+    p, after, results = _stitched(measured={0, 2})  # chunk 1: a GPU chunk, measured after the stitch
+    *measuring, pooling = quality_children(p, after, {"renditions": {}}, results)
+    assert [(s.task_type, s.payload["chunk"]["index"], s.payload["files"]) for s in measuring] == [
+        ("transcode.chunk_quality", 1, results[1]["files"])
+    ]
+    assert pooling.task_type == "transcode.split_quality" and pooling.wait_for_siblings
+    assert pooling.payload["chunk_files"] == {"1": results[1]["files"]}
+    assert pooling.payload["chunk_measured"] == {
+        str(i): {"scores": results[i]["quality"]["scores"], "libvmaf_version": "3"} for i in (0, 2)
+    }
+
+    p, after, results = _stitched(measured={0, 1, 2})
+    (pooling,) = quality_children(p, after, {"renditions": {}}, results)
+    assert not pooling.wait_for_siblings and pooling.payload["chunk_files"] == {}
+    assert sorted(pooling.payload["chunk_measured"]) == ["0", "1", "2"]
+
+
+def test_only_a_cpu_chunk_measures_itself():
+    from media.jobtypes import ResourceChoice
+    from workers.stages.split import own_measuring
+
+    cpu = ResourceChoice("cpu", 0, False, "libx264", "")
+    gpu = ResourceChoice("gpu_encode", 1024, True, "h264_nvenc", "")
+    after = {"metrics": ["vmaf", "psnr"], "n_subsample": 2}
+    assert own_measuring(after, cpu) == {"metrics": ["vmaf", "psnr"], "n_subsample": 2}
+    assert own_measuring(after, gpu) is None  # libvmaf would hold the GPU slot and its VRAM
+    assert own_measuring({"metrics": [], "n_subsample": 1}, cpu) is None

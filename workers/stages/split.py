@@ -3,16 +3,19 @@
     transcode (dispatch, cpu)        probes the source in the media root, plans the chunks
       │                              (media.split.plan), stores the plan in its result (`split`)
       ├─ transcode.chunk × K         cluster: one FFmpeg run per chunk encodes the chunk's exact frame
-      │                              range for every rung (one decode of the source)
+      │                              range for every rung (one decode of the source); with
+      │                              quality_metrics a cpu chunk then measures its own files, so
+      │                              measuring overlaps the other chunks' encodes
       ├─ transcode.audio             cluster: the whole source's audio, once (never per chunk)
       ├─ transcode.thumbnail         cluster: the JPEG, from the media root
       └─ transcode.stitch            cluster, waits for its siblings: checks every chunk's frame count
            │                         against the plan; a chunk that does not match is redone (a new
            │                         chunk task and a new stitch); else joins each rung's chunks
            │                         without re-encoding and muxes the audio
-           ├─ transcode.chunk_quality × K   per chunk, every rung scored on its frame range
-           └─ transcode.split_quality       waits for them: pools the per-frame scores, seams,
-                │                           gate, quality.json
+           ├─ transcode.chunk_quality       per stitched chunk that did not measure itself (a GPU
+           │                                chunk, or a wrong frame count there): scored here
+           └─ transcode.split_quality       waits for them: pools the per-frame scores of the
+                │                           stitched chunk attempts, seams, gate, quality.json
                 └─ transcode.package → transcode.upload   as unsplit, on the scratch (cluster)
 
 Every stage after the dispatch is placed `cluster` and works on the shared scratch (workers/scratch.py,
@@ -104,7 +107,7 @@ def cluster(spec: ChildSpec) -> ChildSpec:
 
 
 def _chunk_child(
-    source_rel: str, info: MediaInfo, state: dict, chunk: dict, rungs: list[dict], target, choice
+    source_rel: str, info: MediaInfo, state: dict, chunk: dict, rungs: list[dict], target, choice, measure
 ) -> ChildSpec:
     seconds = float(chunk["end_seconds"]) - float(chunk["start_seconds"])
     payload = {
@@ -117,6 +120,7 @@ def _chunk_child(
         "source_height": info.height,
         "renditions": rungs,
         "target_vmaf": target,
+        "measure": measure,
         # task_weight_v1: progress counts each chunk by its frames (duration x pixels).
         "duration": seconds,
         "width": rungs[0]["width"],
@@ -153,9 +157,10 @@ def spawn_chunks(
     choice = next((c for _p, c in placed if c.use_gpu), placed[0][1])
     groups = after.get("progress") or {}
     state = plan.to_state()
+    measure = own_measuring(after, choice)
     for chunk in state["chunks"]:
         spec = _chunk_child(
-            source_rel, info, state, chunk, rungs, getattr(params, "target_vmaf", None), choice
+            source_rel, info, state, chunk, rungs, getattr(params, "target_vmaf", None), choice, measure
         )
         ctx.spawn_child(grouped(spec, groups))
     duration = info.duration_seconds
@@ -165,6 +170,15 @@ def spawn_chunks(
     stitch = {"renditions": rungs, "plan": state, "round": 0, "next": after, "duration": duration}
     spec = child("transcode.stitch", stitch, pool="background", duration=duration, wait_for_siblings=True)
     ctx.spawn_child(cluster(spec))
+
+
+def own_measuring(after: dict, choice) -> dict | None:
+    """What a chunk stage measures right after its encode (None: nothing). Only a cpu chunk measures
+    itself: a GPU chunk would hold its GPU slot (and VRAM) while libvmaf runs on the CPU, so its
+    measurement stays a stage of its own, spawned by the stitch."""
+    if not after.get("metrics") or choice.category != "cpu":
+        return None
+    return {"metrics": list(after["metrics"]), "n_subsample": int(after["n_subsample"])}
 
 
 def grouped(spec: ChildSpec, groups: dict[str, str]) -> ChildSpec:
@@ -201,6 +215,23 @@ def _after_stitch(params: TranscodeParams, source_rel: str, info: MediaInfo, run
 # --- the chunk and the audio ----------------------------------------------------------------------
 
 
+ENCODE_SHARE = 75.0  # a measuring chunk's progress: encoding up to here, measuring the rest
+
+
+class ProgressShare:
+    """The stage context with its progress mapped to [low, high] of the stage's own."""
+
+    def __init__(self, ctx: StageContext, low: float, high: float):
+        self._ctx, self._low, self._high = ctx, low, high
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def progress(self, percent: float, detail: dict[str, Any] | None = None) -> None:
+        share = max(0.0, min(100.0, float(percent))) / 100.0
+        self._ctx.progress(self._low + share * (self._high - self._low), detail)
+
+
 @stage("transcode.chunk")
 def transcode_chunk(ctx: StageContext) -> dict:
     p = ctx.payload
@@ -208,18 +239,42 @@ def transcode_chunk(ctx: StageContext) -> dict:
     index = int(chunk["index"])
     out_dir = scratch.attempt_dir(ctx, f"chunks/{index:05d}")
     started = time.monotonic()
-    encoded = split_encode.encode_chunk(ctx, p, out_dir)
+    measuring = bool(p.get("measure"))
+    encoded = split_encode.encode_chunk(
+        ProgressShare(ctx, 0.0, ENCODE_SHARE) if measuring else ctx, p, out_dir
+    )
+    seconds = round(time.monotonic() - started, 2)
+    frames = int(chunk["last_frame"]) - int(chunk["first_frame"]) + 1
+    quality = measure_own(ctx, p, encoded.files, frames, out_dir) if measuring else None
     ctx.progress(100.0)
-    return {
+    result = {
         "index": index,
         "files": {name: scratch.rel(ctx, path) for name, path in encoded.files.items()},
         "crf": encoded.crf,
         "search": encoded.search,
-        "frames": int(chunk["last_frame"]) - int(chunk["first_frame"]) + 1,
+        "frames": frames,
         "worker": ctx.worker_uid,
         "attempt": ctx.attempt,
-        "seconds": round(time.monotonic() - started, 2),
+        "seconds": seconds,
     }
+    return {**result, "quality": quality} if quality else result
+
+
+def measure_own(ctx: StageContext, p: dict, files: dict[str, Path], frames: int, out_dir: Path):
+    """The chunk's measurement, right after its encode and by the same attempt (issue 33): it
+    overlaps with the other chunks' encodes instead of waiting for the stitch, and it scores exactly
+    the files this attempt's result names (a chunk the stitch sends back is measured again by its
+    redo). A file with the wrong frame count is not measured: the stitch will send it back."""
+    from media.split.stitch import packet_count
+    from workers.stages.split_quality import measure_chunk
+
+    wrong = {
+        name: n for name, n in ((name, packet_count(path)) for name, path in files.items()) if n != frames
+    }
+    if wrong:
+        ctx.log(f"chunk {p['chunk']['index']}: frames {wrong}, planned {frames}; not measured")
+        return None
+    return measure_chunk(ctx, {**p, **p["measure"]}, files, out_dir)
 
 
 @stage("transcode.audio")

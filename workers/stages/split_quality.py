@@ -1,9 +1,15 @@
 """Measuring a split transcode: per chunk in parallel, pooled from the per-frame scores.
 
-transcode.chunk_quality × K (cluster, cpu)   scores every rung's chunk file against the source's
-                                             same frame range (input seek, then exactly the chunk's
-                                             frame count); writes the per-frame scores to scratch
-transcode.split_quality (cluster, waits)     pools them per rung (media.split.pooling: mean, vmaf_p1,
+`measure_chunk` scores every rung's chunk file against the source's same frame range (input seek,
+then exactly the chunk's frame count) and writes the per-frame scores to scratch. A cpu chunk runs
+it itself right after its encode (workers/stages/split.py), so measuring overlaps the other chunks'
+encodes instead of trailing the stitch; the rest are measured after the stitch:
+
+transcode.chunk_quality (cluster, cpu)       a stitched chunk that did not measure itself (a GPU
+                                             chunk: libvmaf would hold its GPU slot; or one whose
+                                             frame count was wrong there), from the stitched files
+transcode.split_quality (cluster, waits)     pools per rung the measurements of exactly the chunk
+                                             attempts the stitch joined (media.split.pooling: mean, vmaf_p1,
                                              vmaf_p5, and the frames around each seam apart), applies
                                              the min_vmaf gate, writes quality.json, spawns packaging
 
@@ -32,25 +38,15 @@ from workers.stages.split_results import latest_results
 
 
 def quality_children(p: dict, after: dict, artifacts: dict, results: dict[int, dict]) -> list[ChildSpec]:
-    """The per-chunk measurements and the pooling stage that waits for them."""
-    specs = []
-    for chunk in p["plan"]["chunks"]:
-        index = int(chunk["index"])
-        seconds = float(chunk["end_seconds"]) - float(chunk["start_seconds"])
-        payload = {
-            "source": after["source"],
-            "chunk": chunk,
-            "prev_chunk": p["plan"]["chunks"][index - 1] if index > 0 else None,
-            "fps": p["plan"]["fps"],
-            "frame_count": p["plan"]["frame_count"],
-            "files": dict(results[index]["files"]),
-            "metrics": after["metrics"],
-            "n_subsample": after["n_subsample"],
-            "source_width": after["source_width"],
-            "source_height": after["source_height"],
-            "duration": seconds,
-        }
-        specs.append(child("transcode.chunk_quality", payload, duration=seconds))
+    """The pooling stage, and before it a measuring stage per stitched chunk that its chunk stage
+    did not measure itself (a GPU chunk, or one whose frame count was wrong there): the pooling
+    waits for those. `results`: the accepted chunk results the stitch used."""
+    measured = {i: r["quality"] for i, r in results.items() if r.get("quality")}
+    specs = [
+        _measure_spec(p, after, chunk, results[int(chunk["index"])]["files"])
+        for chunk in p["plan"]["chunks"]
+        if int(chunk["index"]) not in measured
+    ]
     pooling = {
         **{
             k: after.get(k)
@@ -61,15 +57,40 @@ def quality_children(p: dict, after: dict, artifacts: dict, results: dict[int, d
         "artifacts": artifacts,
         "chunk_crf": {str(i): r.get("crf") for i, r in results.items()},
         "chunk_search": {str(i): r.get("search") for i, r in results.items() if r.get("search")},
+        # Where each chunk's scores come from: its chunk stage's own measurement of the very files
+        # the stitch joined, or the measuring stage scoring those files (matched by name).
+        "chunk_measured": {
+            str(i): {k: m[k] for k in ("scores", "libvmaf_version")} for i, m in measured.items()
+        },
+        "chunk_files": {str(i): r["files"] for i, r in results.items() if i not in measured},
         "duration": (after.get("package") or after.get("publish"))["duration"],
     }
     groups = after.get("progress") or {}
     specs = [grouped(spec, groups) for spec in specs]
     pooled = replace(
-        child("transcode.split_quality", pooling, duration=pooling["duration"]), wait_for_siblings=True
+        child("transcode.split_quality", pooling, duration=pooling["duration"]), wait_for_siblings=bool(specs)
     )
     specs.append(grouped(pooled, groups))
     return specs
+
+
+def _measure_spec(p: dict, after: dict, chunk: dict, files: dict[str, str]) -> ChildSpec:
+    index = int(chunk["index"])
+    seconds = float(chunk["end_seconds"]) - float(chunk["start_seconds"])
+    payload = {
+        "source": after["source"],
+        "chunk": chunk,
+        "prev_chunk": p["plan"]["chunks"][index - 1] if index > 0 else None,
+        "fps": p["plan"]["fps"],
+        "frame_count": p["plan"]["frame_count"],
+        "files": dict(files),
+        "metrics": after["metrics"],
+        "n_subsample": after["n_subsample"],
+        "source_width": after["source_width"],
+        "source_height": after["source_height"],
+        "duration": seconds,
+    }
+    return child("transcode.chunk_quality", payload, duration=seconds)
 
 
 def chunk_scores(log: Path, local, n_subsample: int) -> dict[str, list[float]]:
@@ -95,15 +116,16 @@ def chunk_scores(log: Path, local, n_subsample: int) -> dict[str, list[float]]:
     return out
 
 
-@stage("transcode.chunk_quality")
-def transcode_chunk_quality(ctx: StageContext) -> dict:
-    p = ctx.payload
-    chunk = p["chunk"]
-    out_dir = scratch.attempt_dir(ctx, f"quality/{int(chunk['index']):05d}")
-    names = sorted(p["files"])
-    scored = [(scratch.resolve(ctx, p["files"][n]), out_dir / f"{n}.vmaf.json") for n in names]
+def measure_chunk(ctx: StageContext, p: dict, files: dict[str, Path], out_dir: Path) -> dict:
+    """Score every rung's chunk file of `files` ({rung name: path}) against the source's frames of
+    chunk `p["chunk"]` (`p["metrics"]`, `p["n_subsample"]`); the per-frame scores go to
+    `out_dir/scores.json`. Returns {"scores" (its scratch name), "libvmaf_version", "vmaf" (each
+    rung's chunk mean), "seconds"}."""
     from media.split.pooling import chunk_measure_argv
 
+    chunk = p["chunk"]
+    names = sorted(files)
+    scored = [(files[n], out_dir / f"{n}.vmaf.json") for n in names]
     local = local_plan(p)
     n = int(p["n_subsample"])
     size = {"width": int(p["source_width"]), "height": int(p["source_height"])}
@@ -116,15 +138,29 @@ def transcode_chunk_quality(ctx: StageContext) -> dict:
     scores = {name: chunk_scores(log, local, n) for name, (_path, log) in zip(names, scored, strict=True)}
     path = out_dir / "scores.json"
     path.write_text(json.dumps(scores))
-    ctx.progress(100.0)
     version = json.loads(scored[0][1].read_text()).get("version") or "unknown"
     return {
-        "index": int(chunk["index"]),
         "scores": scratch.rel(ctx, path),
         "libvmaf_version": str(version),
         "vmaf": {n: round(sum(s["vmaf"]) / len(s["vmaf"]), 3) for n, s in scores.items() if s.get("vmaf")},
-        "worker": ctx.worker_uid,
         "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+@stage("transcode.chunk_quality")
+def transcode_chunk_quality(ctx: StageContext) -> dict:
+    """A chunk the chunk stage did not measure itself (a GPU chunk, or one whose frame count was
+    wrong there), scored after the stitch from the files the stitch used."""
+    p = ctx.payload
+    out_dir = scratch.attempt_dir(ctx, f"quality/{int(p['chunk']['index']):05d}")
+    files = {name: scratch.resolve(ctx, rel) for name, rel in p["files"].items()}
+    measured = measure_chunk(ctx, p, files, out_dir)
+    ctx.progress(100.0)
+    return {
+        "index": int(p["chunk"]["index"]),
+        "files": dict(p["files"]),
+        **measured,
+        "worker": ctx.worker_uid,
     }
 
 
@@ -175,14 +211,19 @@ def _chunk_rows(p: dict, name: str, chunks: list[dict[str, list[float]]]) -> lis
 
 
 def load_chunk_scores(ctx: StageContext, p: dict) -> tuple[list[dict], str]:
-    """Each chunk's per-frame scores ({rung: {metric: [...]}}), in plan order; the libvmaf version."""
-    results = {
-        int(r["index"]): r for r in latest_results(ctx.job_id, ctx.execution_id, "transcode.chunk_quality")
-    }
-    missing = [int(c["index"]) for c in p["chunks"] if int(c["index"]) not in results]
+    """Each chunk's per-frame scores ({rung: {metric: [...]}}), in plan order; the libvmaf version.
+    Only measurements of the chunk files the stitch joined count: a chunk's own (named by the
+    stitch from the chunk result it used), else the measuring stage's that scored those files."""
+    found = {int(i): m for i, m in (p.get("chunk_measured") or {}).items()}
+    files = p.get("chunk_files")  # None: a payload from before chunks measured themselves
+    for r in reversed(latest_results(ctx.job_id, ctx.execution_id, "transcode.chunk_quality")):
+        index = int(r["index"])
+        if index not in found and (files is None or r.get("files") == files.get(str(index), False)):
+            found[index] = r
+    missing = [int(c["index"]) for c in p["chunks"] if int(c["index"]) not in found]
     if missing:
-        raise PermanentFailure(f"chunks without a completed measurement: {missing}")
-    ordered = [results[int(c["index"])] for c in p["chunks"]]
+        raise PermanentFailure(f"chunks without a measurement of their stitched files: {missing}")
+    ordered = [found[int(c["index"])] for c in p["chunks"]]
     scores = [json.loads(scratch.resolve(ctx, r["scores"]).read_text()) for r in ordered]
     return scores, ordered[0].get("libvmaf_version") or "unknown"
 

@@ -6,7 +6,8 @@ registered in the library from the scratch.
       ├─ transcode.chunk × K         cluster: the chunk's frames at the job's settings
       ├─ transcode.audio             cluster: the whole source's audio, once
       └─ transcode.stitch            cluster, waits: checks, joins, muxes the audio
-           ├─ (with quality_metrics) transcode.chunk_quality × K, transcode.split_quality (gate)
+           ├─ (with quality_metrics) transcode.split_quality (gate) over the chunks' own
+           │   measurements (transcode.chunk_quality for a GPU chunk)
            └─ reencode_streaming.publish   cluster: publishes the file (and quality.json)
                 └─ library.register        cluster: copies it from the scratch into the library
 """

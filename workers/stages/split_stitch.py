@@ -148,8 +148,9 @@ def transcode_stitch(ctx: StageContext) -> dict:
 
 
 def hand_on(ctx: StageContext, p: dict, artifacts: dict[str, Any], results: dict[int, dict]) -> None:
-    """Measuring per chunk (then pooling) when asked, else what comes next straight away: packaging
-    (transcode) or publishing (reencode_streaming)."""
+    """Pooling the chunks' measurements (and measuring those that did not measure themselves) when
+    asked, else what comes next straight away: packaging (transcode) or publishing
+    (reencode_streaming)."""
     from workers.stages.split_quality import next_stage, quality_children
 
     after = p["next"]
