@@ -137,7 +137,9 @@ def test_a_symlink_swapped_in_after_the_check_is_never_read(race, extra):
     params = {"input": "src/clip.mp4", "ladder": [{"height": 144}], "split": "chunks", "chunk_seconds": 2}
     job_id, stages = _run_racing(worker, race, {**params, **extra})
     assert job_status(job_id) == "completed"
-    assert SOURCE_STAGES | {"transcode.chunk_quality"} <= race.won_in, race.won_in
+    # Each chunk measures itself after its encode (issue 33's overlap): the swap made at the
+    # encode's FFmpeg is still in place when measuring starts, and the one descriptor reads on.
+    assert SOURCE_STAGES <= race.won_in, race.won_in
     chunks = [s for s in stages if s.task_type == "transcode.chunk"]
     assert len(chunks) == 2
     outputs = race.roots.job_outputs(job_id)

@@ -240,12 +240,14 @@ def transcode_chunk(ctx: StageContext) -> dict:
     out_dir = scratch.attempt_dir(ctx, f"chunks/{index:05d}")
     started = time.monotonic()
     measuring = bool(p.get("measure"))
-    encoded = split_encode.encode_chunk(
-        ProgressShare(ctx, 0.0, ENCODE_SHARE) if measuring else ctx, p, out_dir
-    )
-    seconds = round(time.monotonic() - started, 2)
     frames = int(chunk["last_frame"]) - int(chunk["first_frame"]) + 1
-    quality = measure_own(ctx, p, encoded.files, frames, out_dir) if measuring else None
+    # One open for the encode and the measuring: both read the file this stage's check approved.
+    with split_encode.media_source(p["source"]) as source:
+        encoded = split_encode.encode_chunk(
+            ProgressShare(ctx, 0.0, ENCODE_SHARE) if measuring else ctx, p, out_dir, source
+        )
+        seconds = round(time.monotonic() - started, 2)
+        quality = measure_own(ctx, p, encoded.files, frames, out_dir, source) if measuring else None
     ctx.progress(100.0)
     result = {
         "index": index,
@@ -260,7 +262,7 @@ def transcode_chunk(ctx: StageContext) -> dict:
     return {**result, "quality": quality} if quality else result
 
 
-def measure_own(ctx: StageContext, p: dict, files: dict[str, Path], frames: int, out_dir: Path):
+def measure_own(ctx: StageContext, p: dict, files: dict[str, Path], frames: int, out_dir: Path, source):
     """The chunk's measurement, right after its encode and by the same attempt (issue 33): it
     overlaps with the other chunks' encodes instead of waiting for the stitch, and it scores exactly
     the files this attempt's result names (a chunk the stitch sends back is measured again by its
@@ -274,7 +276,7 @@ def measure_own(ctx: StageContext, p: dict, files: dict[str, Path], frames: int,
     if wrong:
         ctx.log(f"chunk {p['chunk']['index']}: frames {wrong}, planned {frames}; not measured")
         return None
-    return measure_chunk(ctx, {**p, **p["measure"]}, files, out_dir)
+    return measure_chunk(ctx, {**p, **p["measure"]}, files, out_dir, source)
 
 
 @stage("transcode.audio")

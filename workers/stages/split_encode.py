@@ -141,12 +141,18 @@ def _searched(ctx: StageContext, p: dict, source: OpenSource, out_dir: Path) -> 
     return Encoded(files=files, crf=crf, search=records)
 
 
-def encode_chunk(ctx: StageContext, p: dict, out_dir: Path) -> Encoded:
+def opened_or_open(source: OpenSource | None, relative: str):
+    """`source` when the stage already holds it open (one open per stage: every reader of the
+    stage reads the file its one check approved), else the source opened now."""
+    return contextlib.nullcontext(source) if source is not None else media_source(relative)
+
+
+def encode_chunk(ctx: StageContext, p: dict, out_dir: Path, source: OpenSource | None = None) -> Encoded:
     """Encode chunk `p["chunk"]` for every rung of `p["renditions"]` into `out_dir`: one FFmpeg run
     (one decode of the chunk) for all rungs, or with `target_vmaf` each rung's own CRF search."""
     from media.split.encode import chunk_argv
 
-    with media_source(p["source"]) as source:
+    with opened_or_open(source, p["source"]) as source:
         if p.get("target_vmaf") is not None:
             return _searched(ctx, p, source, out_dir)
         chunk, _plan = local_plan(p)

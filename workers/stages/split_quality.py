@@ -33,7 +33,7 @@ from workers.stages.base import ChildSpec, PermanentFailure, StageContext, stage
 from workers.stages.common import child, run_ffmpeg
 from workers.stages.quality import QUALITY_JSON
 from workers.stages.split import grouped
-from workers.stages.split_encode import local_plan, media_source
+from workers.stages.split_encode import OpenSource, local_plan, opened_or_open
 from workers.stages.split_results import latest_results
 
 
@@ -116,7 +116,9 @@ def chunk_scores(log: Path, local, n_subsample: int) -> dict[str, list[float]]:
     return out
 
 
-def measure_chunk(ctx: StageContext, p: dict, files: dict[str, Path], out_dir: Path) -> dict:
+def measure_chunk(
+    ctx: StageContext, p: dict, files: dict[str, Path], out_dir: Path, source: OpenSource | None = None
+) -> dict:
     """Score every rung's chunk file of `files` ({rung name: path}) against the source's frames of
     chunk `p["chunk"]` (`p["metrics"]`, `p["n_subsample"]`); the per-frame scores go to
     `out_dir/scores.json`. Returns {"scores" (its scratch name), "libvmaf_version", "vmaf" (each
@@ -131,7 +133,7 @@ def measure_chunk(ctx: StageContext, p: dict, files: dict[str, Path], out_dir: P
     size = {"width": int(p["source_width"]), "height": int(p["source_height"])}
     metrics = list(p["metrics"])
     started = time.monotonic()
-    with media_source(p["source"]) as source:  # by descriptor: FFmpeg reads /proc/self/fd/N
+    with opened_or_open(source, p["source"]) as source:  # by descriptor: FFmpeg reads /proc/self/fd/N
         argv = chunk_measure_argv(source.path, *local, scored, **size, n_subsample=n, metrics=metrics)
         what, fds = f"quality chunk {chunk['index']}", source.pass_fds
         run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=None, what=what, pass_fds=fds)
