@@ -4,6 +4,7 @@
 #      running H.264/HEVC/AV1 ladders unsplit and split, each output checked frame by frame;
 #   2. the split benchmark on many workers (the `farm` shape on 2, 4, 8 and 16 one-thread workers);
 #   3. the quality stage's cost on that machine (--quick --only quality --quality-parts cost).
+# `tools/gpu_check.sh split-vmaf` runs the split bench alone, every frame scored, on 16 workers.
 # It runs on a bare machine that has python3 and nothing else: .carry/site312.tar.xz holds the
 # packages (cp312 wheels, unpacked and trimmed), PyAV's FFmpeg libraries with an `ffmpeg` built on
 # them (NVENC; no libvmaf), imageio-ffmpeg's static FFmpeg (libvmaf) and pgserver's PostgreSQL.
@@ -32,6 +33,14 @@ ldconfig -p | grep -i -E "nvidia-encode|nvcuvid|libcuda\.so" | head -5
 PG=/tmp/jetencode-pg
 python3 -c "import pgserver; print(pgserver.get_server('$PG', cleanup_mode=None).get_uri())" || exit 1
 export DATABASE_URL="postgresql://postgres:@/postgres?host=$PG"
+
+if [ "${1:-}" = "split-vmaf" ]; then  # the split bench with every frame scored, 16 workers
+    step "split on 16 workers, VMAF on every frame"
+    timeout 380 python3 -m bench --only split --split-shape farm --split-workers 16 \
+        --output "$OUT/split-vmaf.json"
+    step done
+    exit 0
+fi
 
 step "gpu (NVENC)"
 JETENCODE_FFMPEG=$SITE/av.libs/ffmpeg timeout 170 python3 -m bench --only gpu --gpu-keep "$OUT" \
