@@ -574,6 +574,8 @@ def test_a_variable_frame_rate_source_falls_back_to_the_unsplit_path(start_worke
         )
     )
     assert "split: not possible (variable frame rate" in stage_log and "unsplit path" in stage_log, log
+    # ... and in the job's own log (the job detail's `log`), not only the dispatch's stage log.
+    assert "transcode completed on vfr-a" in log and "split: not possible (variable frame rate" in log, log
     assert not tasks_of(job, "transcode.chunk") and tasks_of(job, "transcode.rendition")
     assert one(
         "SELECT result -> 'split' FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode'", [job]

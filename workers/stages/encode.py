@@ -72,7 +72,7 @@ def reencode_streaming(ctx: StageContext) -> dict:
         if params.max_height and short > params.max_height:
             size = commands.fit_short_side(info.width, info.height, params.max_height)
         stem = safe_stem(source.path.name)
-        plan, record = split.try_plan(ctx, params, opened.path, info)
+        plan, record, note = split.try_plan(ctx, params, opened.path, info)
     if plan is not None:
         split_reencode.spawn(
             ctx, params, source, info, plan, choice, size, _register(params, source, stem, ctx.job_id)
@@ -84,6 +84,7 @@ def reencode_streaming(ctx: StageContext) -> dict:
         "source": {k: v for k, v in info.to_dict().items() if k != "path"},
         "resource": choice.as_dict(),
         "split": record,
+        **({"job_log": note} if note else {}),
     }
 
 

@@ -64,27 +64,29 @@ def _dedicated(job_id) -> bool:
 
 
 def try_plan(ctx: StageContext, params: TranscodeParams, source: Path, info: MediaInfo):
-    """(plan, split record for the job detail) or (None, None) when the job takes the unsplit path
-    (the job log says why). A dedicated job (POST /v2/queue/{id}/dedicate) runs on its own worker,
+    """(plan, split record for the job detail, None), or (None, None, note) when the job takes the
+    unsplit path: `note` says why, for the job's own log when the plan was asked for but is
+    impossible (the dispatch's result names it `job_log`; finish_task_v1 appends it). A dedicated job (POST /v2/queue/{id}/dedicate) runs on its own worker,
     so `auto` does not split it (`chunks` cannot be dedicated: 409)."""
     mode, reason = split_mode(params, info)
     if mode == "chunks" and params.split == "auto" and _dedicated(ctx.job_id):
         mode, reason = "off", "auto: a dedicated job runs on its own worker"
     if mode == "off":
         ctx.log(f"split: off ({reason})")
-        return None, None
+        return None, None, None
     started = time.monotonic()
     try:
         plan = plan_split(
             source, chunk_seconds=params.chunk_seconds, scene_window_seconds=SCENE_WINDOW_SECONDS
         )
     except SplitImpossible as exc:
-        ctx.log(f"split: not possible ({exc}); falling back to the unsplit path on one worker")
-        return None, None
+        note = f"split: not possible ({exc}); falling back to the unsplit path on one worker"
+        ctx.log(note)
+        return None, None, note
     seconds = round(time.monotonic() - started, 2)
     ctx.log(f"split: {len(plan.chunks)} chunks ({reason}); {plan.reason}; planned in {seconds}s")
     record = {**plan.to_dict(), "reason": f"{reason}; {plan.reason}", "planning_seconds": seconds}
-    return plan, record
+    return plan, record, None
 
 
 def rung_payload(params: TranscodeParams, rung: dict, size: tuple[int, int], crf: int) -> dict[str, Any]:

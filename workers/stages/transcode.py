@@ -288,7 +288,7 @@ def transcode(ctx: StageContext) -> dict:
             f"source: {info.width}x{info.height} {info.fps} fps {info.video_codec}/{info.audio_codec or '-'} "
             f"{info.duration_seconds:.2f}s"
         )
-        plan, record = split.try_plan(ctx, params, opened.path, info)
+        plan, record, note = split.try_plan(ctx, params, opened.path, info)
     choice = choose_resource(ctx)
     placed = _place_ladder(ctx, params, info, choice)
     if plan is not None:
@@ -310,6 +310,7 @@ def transcode(ctx: StageContext) -> dict:
         "ladder": ladder,
         "resource": choice.as_dict(),
         "split": record,
+        **({"job_log": note} if note else {}),
     }
 
 

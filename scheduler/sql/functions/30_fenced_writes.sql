@@ -250,7 +250,10 @@ BEGIN
   END IF;
   PERFORM refresh_job_v1(t.job_id, CASE WHEN t.task_type = 'webhook' THEN NULL
     ELSE t.task_type || ' completed on ' || p_worker
-         || CASE WHEN inserted > 0 THEN ', ' || inserted || ' stage(s) queued' ELSE '' END END);
+         || CASE WHEN inserted > 0 THEN ', ' || inserted || ' stage(s) queued' ELSE '' END
+         -- A stage's word for the job's own log (its result's `job_log`), e.g. why a split
+         -- transcode took the unsplit path: the operator reads it without opening stage logs.
+         || coalesce(': ' || left(p_result ->> 'job_log', 500), '') END);
   IF inserted > 0 OR released > 0 THEN
     -- The job's own stages can only go to its assigned worker: wake that one, not the farm. A split
     -- job's stages (no assigned worker) go to any: wake one free worker per stage, sixteen at most.
