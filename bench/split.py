@@ -144,9 +144,15 @@ def job_figures(conn, job_id: str) -> dict:
         [job_id],
     ).fetchall()
     busy: dict[str, float] = {}
-    for task_type, _worker, seconds, _end, _result in rows:
+    for task_type, _worker, seconds, _end, result in rows:
         group = BUSY_GROUPS.get(task_type, "other")
         busy[group] = busy.get(group, 0.0) + float(seconds or 0)
+        # A cpu chunk measures itself after its encode (workers/stages/split.py): that part of
+        # its stage is measuring, not encoding.
+        measured = float(((result or {}).get("quality") or {}).get("seconds") or 0)
+        if task_type == "transcode.chunk" and measured:
+            busy["encoding"] -= measured
+            busy["measuring"] = busy.get("measuring", 0.0) + measured
     total = sum(busy.values()) or 1.0
     last_chunk = {}
     for task_type, worker, _s, end, _r in rows:
