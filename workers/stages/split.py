@@ -66,8 +66,9 @@ def _dedicated(job_id) -> bool:
 def try_plan(ctx: StageContext, params: TranscodeParams, source: Path, info: MediaInfo):
     """(plan, split record for the job detail, None), or (None, None, note) when the job takes the
     unsplit path: `note` says why, for the job's own log when the plan was asked for but is
-    impossible (the dispatch's result names it `job_log`; finish_task_v1 appends it). A dedicated job (POST /v2/queue/{id}/dedicate) runs on its own worker,
-    so `auto` does not split it (`chunks` cannot be dedicated: 409)."""
+    impossible (the dispatch's result names it `job_log`; finish_task_v1 appends it). A dedicated
+    job (POST /v2/queue/{id}/dedicate) runs on its own worker, so `auto` does not split it
+    (`chunks` cannot be dedicated: 409)."""
     mode, reason = split_mode(params, info)
     if mode == "chunks" and params.split == "auto" and _dedicated(ctx.job_id):
         mode, reason = "off", "auto: a dedicated job runs on its own worker"

@@ -141,33 +141,24 @@ def _searched(ctx: StageContext, p: dict, source: OpenSource, out_dir: Path) -> 
     return Encoded(files=files, crf=crf, search=records)
 
 
-def opened_or_open(source: OpenSource | None, relative: str):
-    """`source` when the stage already holds it open (one open per stage: every reader of the
-    stage reads the file its one check approved), else the source opened now."""
-    return contextlib.nullcontext(source) if source is not None else media_source(relative)
-
-
-def encode_chunk(ctx: StageContext, p: dict, out_dir: Path, source: OpenSource | None = None) -> Encoded:
+def encode_chunk(ctx: StageContext, p: dict, out_dir: Path, source: OpenSource) -> Encoded:
     """Encode chunk `p["chunk"]` for every rung of `p["renditions"]` into `out_dir`: one FFmpeg run
     (one decode of the chunk) for all rungs, or with `target_vmaf` each rung's own CRF search."""
     from media.split.encode import chunk_argv
 
-    with opened_or_open(source, p["source"]) as source:
-        if p.get("target_vmaf") is not None:
-            return _searched(ctx, p, source, out_dir)
-        chunk, _plan = local_plan(p)
-        rungs = p["renditions"]
-        encodings = [rung_encoding(rung) for rung in rungs]
-        finals = [out_dir / f"{rung['name']}.mp4" for rung in rungs]
-        partials = [partial_path(path) for path in finals]
-        argv = chunk_argv(
-            source.path, chunk, fps_of(p["fps"]), _rungs(p, encodings), partials, threads=ffmpeg_threads()
-        )
-        seconds = chunk.end_seconds - chunk.start_seconds
-        what = f"chunk {p['chunk']['index']}"
-        run_ffmpeg(
-            ctx, argv, duration=seconds, throttle=throttle_for(ctx), what=what, pass_fds=source.pass_fds
-        )
+    if p.get("target_vmaf") is not None:
+        return _searched(ctx, p, source, out_dir)
+    chunk, _plan = local_plan(p)
+    rungs = p["renditions"]
+    encodings = [rung_encoding(rung) for rung in rungs]
+    finals = [out_dir / f"{rung['name']}.mp4" for rung in rungs]
+    partials = [partial_path(path) for path in finals]
+    argv = chunk_argv(
+        source.path, chunk, fps_of(p["fps"]), _rungs(p, encodings), partials, threads=ffmpeg_threads()
+    )
+    seconds = chunk.end_seconds - chunk.start_seconds
+    what = f"chunk {p['chunk']['index']}"
+    run_ffmpeg(ctx, argv, duration=seconds, throttle=throttle_for(ctx), what=what, pass_fds=source.pass_fds)
     for partial, final in zip(partials, finals, strict=True):
         os.replace(partial, final)
     return Encoded(

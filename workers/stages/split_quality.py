@@ -33,7 +33,7 @@ from workers.stages.base import ChildSpec, PermanentFailure, StageContext, stage
 from workers.stages.common import child, run_ffmpeg
 from workers.stages.quality import QUALITY_JSON
 from workers.stages.split import grouped
-from workers.stages.split_encode import OpenSource, local_plan, opened_or_open
+from workers.stages.split_encode import OpenSource, local_plan, media_source
 from workers.stages.split_results import latest_results
 
 
@@ -117,7 +117,7 @@ def chunk_scores(log: Path, local, n_subsample: int) -> dict[str, list[float]]:
 
 
 def measure_chunk(
-    ctx: StageContext, p: dict, files: dict[str, Path], out_dir: Path, source: OpenSource | None = None
+    ctx: StageContext, p: dict, files: dict[str, Path], out_dir: Path, source: OpenSource
 ) -> dict:
     """Score every rung's chunk file of `files` ({rung name: path}) against the source's frames of
     chunk `p["chunk"]` (`p["metrics"]`, `p["n_subsample"]`); the per-frame scores go to
@@ -133,10 +133,10 @@ def measure_chunk(
     size = {"width": int(p["source_width"]), "height": int(p["source_height"])}
     metrics = list(p["metrics"])
     started = time.monotonic()
-    with opened_or_open(source, p["source"]) as source:  # by descriptor: FFmpeg reads /proc/self/fd/N
-        argv = chunk_measure_argv(source.path, *local, scored, **size, n_subsample=n, metrics=metrics)
-        what, fds = f"quality chunk {chunk['index']}", source.pass_fds
-        run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=None, what=what, pass_fds=fds)
+    # `source` is open by descriptor: FFmpeg reads /proc/self/fd/N, the file the stage's check approved.
+    argv = chunk_measure_argv(source.path, *local, scored, **size, n_subsample=n, metrics=metrics)
+    what, fds = f"quality chunk {chunk['index']}", source.pass_fds
+    run_ffmpeg(ctx, argv, duration=float(p["duration"]), throttle=None, what=what, pass_fds=fds)
     scores = {name: chunk_scores(log, local, n) for name, (_path, log) in zip(names, scored, strict=True)}
     path = out_dir / "scores.json"
     path.write_text(json.dumps(scores))
@@ -156,7 +156,8 @@ def transcode_chunk_quality(ctx: StageContext) -> dict:
     p = ctx.payload
     out_dir = scratch.attempt_dir(ctx, f"quality/{int(p['chunk']['index']):05d}")
     files = {name: scratch.resolve(ctx, rel) for name, rel in p["files"].items()}
-    measured = measure_chunk(ctx, p, files, out_dir)
+    with media_source(p["source"]) as source:
+        measured = measure_chunk(ctx, p, files, out_dir, source)
     ctx.progress(100.0)
     return {
         "index": int(p["chunk"]["index"]),
