@@ -42,7 +42,7 @@ ENV = {
     # compiled on every call (about a second, holding the scheduler lock), which starves heartbeats.
     "PGOPTIONS": "-c jit=off",
 }
-ENCODE_SECONDS = 20
+ENCODE_SECONDS = 12  # outlasts the cut (about 2 s in) plus LEASE, when the lost worker kills it
 
 
 def db_now():

@@ -155,10 +155,13 @@ def slow_clip(tmp_path_factory) -> Path:
 
 
 def running_chunk(job, roots):
-    """(task id, chunk index, worker uid) of a chunk whose FFmpeg is encoding, else None."""
+    """(task id, chunk index, worker uid) of a chunk whose FFmpeg is encoding and is less than half
+    through, else None: a chunk near its end may finish before the test acts on it (a fast machine
+    encodes a 4 s chunk in about a second)."""
     rows = sql(
         "SELECT id, (payload -> 'chunk' ->> 'index')::int, claimed_by FROM queue_tasks "
-        "WHERE job_id = %s AND task_type = 'transcode.chunk' AND state = 'running' AND progress > 0 ORDER BY id",
+        "WHERE job_id = %s AND task_type = 'transcode.chunk' AND state = 'running' "
+        "AND progress > 0 AND progress < 50 ORDER BY id",
         [job],
     )
     if rows and processes_mentioning(roots.scratch / str(job)):
@@ -395,9 +398,18 @@ def test_operator_controls_apply_to_every_chunk_and_the_queue_shows_the_job_once
     rel = roots.add(slow_clip, "src/slow.mp4")
     job = submit(rel, ladder=[{"height": 360}, {"height": 180}], **SLOW)
 
-    def two_running():
+    def two_running():  # both early in their encode, so neither ends before the pause below
+        early = one(
+            "SELECT count(*) FROM queue_tasks WHERE job_id = %s AND task_type = 'transcode.chunk' "
+            "AND state = 'running' AND progress < 50",
+            [job],
+        )
         entry = queries.queue_entry(job)
-        return entry if entry and entry.chunks and sum(entry.chunks["running"].values()) == 2 else None
+        return (
+            entry
+            if early == 2 and entry and entry.chunks and sum(entry.chunks["running"].values()) == 2
+            else None
+        )
 
     entry = wait_for(two_running, 90, "two chunks running on two workers", workers=workers)
     assert entry.chunks["total"] == 4 and entry.group is None  # the pending group: any worker

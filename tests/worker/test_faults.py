@@ -32,7 +32,7 @@ def running_on(job, uid):
 
 def test_sigkill_mid_task_another_worker_finishes_the_job_once(start_worker, enqueue, fast_retries):
     workers = {uid: start_worker(uid, "--concurrency", "2") for uid in ("crash-a", "crash-b")}
-    job = enqueue("noop", {"seconds": 4, "children": 2})
+    job = enqueue("noop", {"seconds": 2, "children": 2})
     victim_uid = wait_for(
         lambda: one("SELECT claimed_by FROM queue_tasks WHERE job_id = %s AND state = 'running'", [job]),
         10,
