@@ -13,6 +13,7 @@ files while the finish holds its row locks) wraps the call in `transaction.atomi
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -286,11 +287,24 @@ def drain_worker(uid: str) -> str:
     return _control("drain_worker", {"uid": uid})[0]["lifecycle"]
 
 
+HAND_BACK_SECONDS = 5.0  # how long an evacuation keeps handing back split-job stages it had to skip
+
+
 def evacuate_worker(uid: str) -> int:
-    """Drain the worker and move every job pinned to it now (running stages are redone elsewhere).
-    Returns how many jobs moved; JobNotFound for an unknown uid, ActionNotAllowed for an offline
-    worker with nothing to move."""
-    return _control("evacuate_worker", {"uid": uid})[0]["moved"]
+    """Drain the worker and move every job pinned to it now (running stages are redone elsewhere),
+    and hand its running split-job stages back to the queue. Returns how many jobs and stages moved;
+    JobNotFound for an unknown uid, ActionNotAllowed for an offline worker with nothing to move.
+
+    The hand-back skips a stage whose row is locked at that instant (mostly by the worker's own
+    heartbeat, which then waits for the worker row the evacuation holds); such a stage would run to
+    its end on the evacuated worker. So, once the evacuation has committed, the rest are handed back
+    in transactions of their own, for at most HAND_BACK_SECONDS."""
+    moved = _control("evacuate_worker", {"uid": uid})[0]["moved"]
+    deadline = time.monotonic() + HAND_BACK_SECONDS
+    while _call("cluster_tasks_running", {"uid": uid})[0]["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        moved += _control("hand_back_cluster_tasks", {"uid": uid})[0]["moved"]
+    return moved
 
 
 def undrain_worker(uid: str) -> str:

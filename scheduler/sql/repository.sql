@@ -102,6 +102,14 @@ SELECT drain_worker_v2(%(uid)s) AS lifecycle
 -- An operator evacuates a worker: every job pinned to it moves now, running stages included.
 SELECT evacuate_worker_v2(%(uid)s) AS moved
 
+-- name: hand_back_cluster_tasks
+-- The split-job stages an evacuated worker still runs go back to the queue (what evacuate skipped).
+SELECT hand_back_cluster_tasks_v1(%(uid)s) AS moved
+
+-- name: cluster_tasks_running
+-- How many split-job stages a worker's current session runs.
+SELECT cluster_tasks_running_v1(%(uid)s) AS running
+
 -- name: undrain_worker
 -- An operator returns a drained worker to service: it claims again.
 SELECT undrain_worker_v1(%(uid)s) AS lifecycle

@@ -2,11 +2,16 @@
 their pinned jobs; only jobs with local work wait for a lost worker, and only for the reassignment
 delay. Real worker processes under real signals: tests/worker/test_failover.py."""
 
+import threading
+import time
+
+import psycopg
 import pytest
 
 from scheduler import queries, repository
 from tests.kit.db import (
     claim,
+    database_url,
     expire_lease,
     job_status,
     lease_of,
@@ -228,6 +233,34 @@ def test_evacuating_moves_running_jobs_and_fences_their_stages(make_worker_row, 
     sql("UPDATE queue_workers SET lifecycle = 'offline' WHERE uid = 'w3'")
     with pytest.raises(repository.ActionNotAllowed, match="offline and holds no jobs"):
         repository.evacuate_worker("w3")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_evacuating_hands_back_a_split_stage_whose_row_was_locked_at_that_instant(make_worker_row, enqueue):
+    """The worker's own heartbeat locks its running tasks' rows and then waits for the worker row,
+    which the evacuation locks first: the hand-back skips such a row rather than deadlock, and
+    hands the stage back once the heartbeat has gone through (CI caught a chunk that ran to its end
+    on an evacuated worker)."""
+    busy = make_worker_row("busy")
+    enqueue()
+    dispatch = claim(busy)
+    chunk_spec = repository.Child("noop", {"chunk": 0}, placement="cluster")
+    assert repository.finish(lease_of(dispatch, busy), children=[chunk_spec]).outcome == "completed"
+    chunk = claim(busy)
+    assert chunk.placement == "cluster"
+
+    with psycopg.connect(database_url()) as heartbeat:  # holds the chunk's row for 0.3 s
+        heartbeat.execute("SELECT 1 FROM queue_tasks WHERE id = %s FOR UPDATE", [chunk.id])
+        threading.Timer(0.3, heartbeat.commit).start()
+        started = time.monotonic()
+        assert repository.evacuate_worker("busy") == 1
+        assert time.monotonic() - started >= 0.3  # handed back only once the row was free
+    assert task_state(chunk.id) == "pending"
+    assert repository.finish(lease_of(chunk, busy)).outcome == "rejected"
+    reasons = sql(
+        "SELECT reason FROM queue_fence_audit WHERE task_id = %s AND operation = 'release'", [chunk.id]
+    )
+    assert reasons == [("worker busy evacuated",)]
 
 
 def test_a_targeted_job_waits_for_its_worker(make_worker_row, enqueue):

@@ -358,7 +358,10 @@ $$;
 -- The running stages of split jobs (placement cluster, not webhooks) on worker p_uid go back to
 -- pending at once, without using up an attempt (as a release on SIGTERM): their leases are cleared,
 -- so the worker's next heartbeat or progress write is refused and it kills their FFmpeg, and any
--- other worker claims them. A job row busy right now is skipped (SKIP LOCKED). Returns how many.
+-- other worker claims them. A row busy right now is skipped (SKIP LOCKED): waiting could deadlock
+-- with the worker's own heartbeat, which renews these tasks' leases and then updates the worker row
+-- an evacuation holds; the caller hands back the skipped ones in a later transaction
+-- (cluster_tasks_running_v1). Returns how many.
 CREATE OR REPLACE FUNCTION hand_back_cluster_tasks_v1(p_uid text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -391,6 +394,16 @@ BEGIN
   END IF;
   RETURN moved;
 END
+$$;
+
+-- How many split-job stages (placement cluster, not webhooks) the worker's current session still
+-- runs: what an evacuation's hand-back skipped because their rows were locked at that instant
+-- (scheduler.repository.evacuate_worker tries again, each time in a transaction of its own).
+CREATE OR REPLACE FUNCTION cluster_tasks_running_v1(p_uid text) RETURNS int
+LANGUAGE sql STABLE AS $$
+  SELECT count(*)::int FROM queue_tasks q
+   WHERE q.claimed_worker_session_id = (SELECT w.current_session_id FROM queue_workers w WHERE w.uid = p_uid)
+     AND q.state = 'running' AND q.placement = 'cluster' AND q.task_type <> 'webhook'
 $$;
 
 -- Evacuate: drain the worker (unless it is offline already) and move every job pinned to it now,
