@@ -453,15 +453,24 @@ def test_evacuating_a_worker_moves_its_chunk_at_once(start_worker, roots, slow_c
     repository.evacuate_worker(leaving)
     (staying,) = [uid for uid in workers if uid != leaving]
 
-    def moved():
+    def handed_back():
         state, worker = sql("SELECT state, claimed_by FROM queue_tasks WHERE id = %s", [task])[0]
-        return state in ("running", "completed") and worker == staying
+        return state == "pending" or worker == staying
 
-    wait_for(moved, 15, "the chunk to move to the other worker", workers=list(workers.values()))
+    # At once: the chunk is pending again (or already on the other worker) and its FFmpeg stops.
+    wait_for(handed_back, 5, "the chunk to be handed back", workers=list(workers.values()))
+    wait_for(
+        lambda: not processes_mentioning(f"chunks/{index:05d}/t{task}a"),
+        10,
+        "the evacuated worker to stop the chunk's FFmpeg",
+        workers=[workers[leaving]],
+    )
+    # The other worker takes it when a slot of its comes free (it may finish other chunks first).
     wait_for(
         lambda: job_status(job) in ("completed", "failed"), 200, "the job to end", workers=[workers[staying]]
     )
     assert job_status(job) == "completed", one("SELECT last_error FROM jobs WHERE id = %s", [job])
+    assert sql("SELECT state, claimed_by FROM queue_tasks WHERE id = %s", [task]) == [("completed", staying)]
     reasons = sql(
         "SELECT reason FROM queue_fence_audit WHERE task_id = %s AND operation = 'release' AND accepted",
         [task],
