@@ -358,6 +358,9 @@ class QueueWorker(models.Model):
     # When the current session said offline itself (a finished drain); NULL from each registration
     # on. The release pass treats a worker that left on purpose as drained, never as lost.
     left_at = models.DateTimeField(null=True, blank=True)
+    # When the current session was drained (by an operator, or itself on SIGTERM); NULL from each
+    # registration on and after an undrain. A drained worker that went stale comes back draining.
+    drained_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "queue_workers"

@@ -171,7 +171,8 @@ SELECT * FROM worker_beat_v1(%(worker_uid)s, %(session_id)s, %(tasks)s::jsonb, %
 UPDATE queue_workers w
    SET last_heartbeat_at = now(),
        system_sample = coalesce(%(sample)s::jsonb, w.system_sample),
-       lifecycle = CASE WHEN w.lifecycle = 'offline' THEN 'active' ELSE w.lifecycle END
+       lifecycle = CASE WHEN w.lifecycle <> 'offline' THEN w.lifecycle
+                        WHEN w.drained_at IS NOT NULL THEN 'draining' ELSE 'active' END
   FROM (SELECT set_config('lock_timeout', %(lock_timeout)s, true),
                set_config('synchronous_commit', 'off', true)) settings
  WHERE w.uid = %(worker_uid)s AND w.current_session_id = %(session_id)s

@@ -79,3 +79,51 @@ def test_the_timeouts_last_for_the_beat_only_and_bound_its_lock_wait(make_worker
         waited = time.monotonic() - started
     assert waited < 5, waited  # gave up after its lock timeout, not after the holder let go
     assert beat(worker, [])[0] == "active"
+
+
+@pytest.mark.parametrize("control", ["drain_worker", "evacuate_worker"])
+@pytest.mark.parametrize("with_leases", [False, True], ids=["idle beat", "beat with a lease"])
+def test_a_drained_worker_that_went_silent_comes_back_draining_not_claiming(
+    control, with_leases, make_worker_row, enqueue
+):
+    """An operator drained the worker; it missed heartbeats long enough to be reported offline.
+    Its next heartbeat must bring it back draining: before, it came back active and claimed again."""
+    drained = make_worker_row()
+    make_worker_row()  # another worker, active and fresh: the one the drained worker's jobs move to
+    enqueue()
+    running = claim(drained) if with_leases else None
+    getattr(repository, control)(drained[0])
+    sql(
+        "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 minute' WHERE uid = %s",
+        [drained[0]],
+    )
+    assert repository.mark_stale_workers(30) == [drained[0]]
+
+    lifecycle, _ = beat(drained, [lease_of(running, drained)] if running else [])
+
+    assert lifecycle == "draining"
+    assert one("SELECT lifecycle FROM queue_workers WHERE uid = %s", [drained[0]]) == "draining"
+    enqueue()
+    assert claim(drained) is None
+    # An undrain ends it; so does a new process (a registration), for the next time it goes silent.
+    assert repository.undrain_worker(drained[0]) == "active"
+    sql(
+        "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 minute' WHERE uid = %s",
+        [drained[0]],
+    )
+    repository.mark_stale_workers(30)
+    assert beat(drained, [])[0] == "active"
+
+
+def test_a_worker_that_was_not_drained_comes_back_active(make_worker_row):
+    worker = make_worker_row()
+    sql(
+        "UPDATE queue_workers SET last_heartbeat_at = now() - interval '1 minute' WHERE uid = %s", [worker[0]]
+    )
+    assert repository.mark_stale_workers(30) == [worker[0]]
+    assert beat(worker, [])[0] == "active"
+    repository.drain_worker(worker[0])
+    again = make_worker_row(worker[0])  # a new process of the same uid: the drain ended with the old one
+    assert sql("SELECT lifecycle, drained_at FROM queue_workers WHERE uid = %s", [again[0]]) == [
+        ("active", None)
+    ]

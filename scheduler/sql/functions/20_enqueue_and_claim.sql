@@ -6,7 +6,8 @@
 
 -- Register a process start. The new session fences the previous one of the same uid at once: its
 -- running tasks' leases are expired so the recovery loop can hand them on without waiting. The
--- worker row ends active with this session's capacity (and no left_at: a new process has not left),
+-- worker row ends active with this session's capacity (and no left_at: a new process has not left;
+-- no drained_at: an operator's drain ends when the process it drained is replaced),
 -- bound to no reservation: a binding belongs to the session that made it (bind_reservation_v2), so a
 -- restarted process of a uid that once ran dedicated work is an ordinary worker again.
 -- Returns the session it replaced, if any.
@@ -30,7 +31,7 @@ BEGIN
     background_slots = EXCLUDED.background_slots, category_limits = EXCLUDED.category_limits,
     vram_total_mb = EXCLUDED.vram_total_mb, lifecycle = 'active', registered_at = now(),
     last_heartbeat_at = now(), capabilities = EXCLUDED.capabilities, workspace = EXCLUDED.workspace,
-    left_at = NULL, reservation_id = NULL;
+    left_at = NULL, reservation_id = NULL, drained_at = NULL;
   IF previous IS NOT NULL AND previous <> p_session THEN
     UPDATE queue_tasks SET lease_expires_at = now() - interval '1 millisecond'
     WHERE state = 'running' AND claimed_worker_session_id = previous;
@@ -40,7 +41,8 @@ END
 $$;
 
 -- The worker's own heartbeat: its last_heartbeat_at and system sample, and an offline worker is
--- active again. Fenced on the session: JE410 when a newer session took the uid over (the caller
+-- back: active again, or draining when its session was drained (drained_at; a drained worker that
+-- missed heartbeats for a moment must not start claiming again). Fenced on the session: JE410 when a newer session took the uid over (the caller
 -- must stop). Returns the worker's lifecycle (draining tells a worker to claim nothing new).
 CREATE OR REPLACE FUNCTION worker_heartbeat_v1(p_uid text, p_session uuid, p_sample jsonb) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -50,7 +52,8 @@ BEGIN
   UPDATE queue_workers SET
     last_heartbeat_at = now(),
     system_sample = coalesce(p_sample, system_sample),
-    lifecycle = CASE WHEN lifecycle = 'offline' THEN 'active' ELSE lifecycle END
+    lifecycle = CASE WHEN lifecycle <> 'offline' THEN lifecycle
+                     WHEN drained_at IS NOT NULL THEN 'draining' ELSE 'active' END
   WHERE uid = p_uid AND current_session_id = p_session
   RETURNING lifecycle INTO result;
   IF NOT FOUND THEN

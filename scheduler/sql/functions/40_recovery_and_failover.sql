@@ -322,7 +322,9 @@ CREATE OR REPLACE FUNCTION set_session_lifecycle_v2(p_uid text, p_session uuid, 
 LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE queue_workers SET lifecycle = p_lifecycle, last_heartbeat_at = now(),
-                           left_at = CASE WHEN p_lifecycle = 'offline' THEN now() ELSE left_at END
+                           left_at = CASE WHEN p_lifecycle = 'offline' THEN now() ELSE left_at END,
+                           drained_at = CASE WHEN p_lifecycle = 'draining' THEN coalesce(drained_at, now())
+                                             WHEN p_lifecycle = 'active' THEN NULL ELSE drained_at END
    WHERE uid = p_uid AND current_session_id = p_session;
   IF NOT FOUND THEN
     RETURN NULL;
@@ -342,7 +344,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
   result text;
 BEGIN
-  UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = p_uid AND lifecycle <> 'offline'
+  UPDATE queue_workers SET lifecycle = 'draining', drained_at = coalesce(drained_at, now())
+   WHERE uid = p_uid AND lifecycle <> 'offline'
   RETURNING lifecycle INTO result;
   IF NOT FOUND THEN
     IF EXISTS (SELECT 1 FROM queue_workers WHERE uid = p_uid) THEN
@@ -420,9 +423,10 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'JE404', MESSAGE = 'worker not found';
   END IF;
-  IF current <> 'offline' THEN
-    UPDATE queue_workers SET lifecycle = 'draining' WHERE uid = p_uid;
-  END IF;
+  -- An offline worker stays offline, but if its session comes back it comes back draining.
+  UPDATE queue_workers SET lifecycle = CASE WHEN current = 'offline' THEN 'offline' ELSE 'draining' END,
+                           drained_at = coalesce(drained_at, now())
+   WHERE uid = p_uid;
   moved := release_worker_jobs_v2(p_uid, 'evacuated', true);
   -- A split job is pinned to no worker: its stages running here are handed back one by one.
   moved := moved + hand_back_cluster_tasks_v1(p_uid);
@@ -448,7 +452,7 @@ BEGIN
   IF current = 'offline' THEN
     RAISE EXCEPTION USING ERRCODE = 'JE409', MESSAGE = 'worker ' || p_uid || ' is offline: it returns to service when it starts again';
   END IF;
-  UPDATE queue_workers SET lifecycle = 'active' WHERE uid = p_uid AND lifecycle = 'draining';
+  UPDATE queue_workers SET lifecycle = 'active', drained_at = NULL WHERE uid = p_uid AND lifecycle = 'draining';
   RETURN 'active';
 END
 $$;
