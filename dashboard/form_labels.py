@@ -9,6 +9,8 @@ LABELS = {
     "video_ids": "Library videos",
     "input": "Input path",
     "inputs": "Input paths",
+    "input_url": "Input URL",
+    "input_urls": "Input URLs",
     "ladder": "Ladder (renditions)",
     "quality_metrics": "Quality metrics",
     "vmaf_subsample": "VMAF: score every Nth frame",

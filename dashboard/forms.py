@@ -119,7 +119,7 @@ def schema_fields(job_type: str) -> list[SchemaField]:
     return result
 
 
-FIELD_ORDER = {"video_id": 0, "input": 1, "video_ids": 2, "inputs": 3}
+FIELD_ORDER = {"video_id": 0, "input": 1, "input_url": 2, "video_ids": 3, "inputs": 4, "input_urls": 5}
 
 
 def _initial(f: SchemaField) -> tuple[str, bool]:

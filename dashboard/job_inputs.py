@@ -1,7 +1,8 @@
 """What a job works on, in a few words, for the job list's Input column.
 
 Read from each job's params: `input` (a media-root path), `video_id` (a library asset, shown by its
-title), `inputs` / `video_ids` (several), `directory` (scans and compilations). Two queries for a
+title), `input_url` (its file name; URLs shown without query or user info), `inputs` / `input_urls`
+/ `video_ids` (several), `directory` (scans and compilations). Two queries for a
 whole page: the params of its jobs, then the titles of the assets they name.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from django.db.models import Count
 
 from media.models import MediaAsset
+from media.sources.guard import redact
 from scheduler.models import Job, JobOutput
 
 
@@ -33,7 +35,11 @@ def _describe(params: dict, titles: dict[str, str]) -> JobInput | None:
     if params.get("video_id"):
         asset = str(params["video_id"])
         return JobInput(titles.get(asset, asset[:8]), f"library asset {asset}")
+    if params.get("input_url"):
+        shown = redact(str(params["input_url"]))  # never a presigned URL's credentials
+        return JobInput(shown.rsplit("/", 1)[-1] or shown, shown)
     several = list(params.get("inputs") or []) + list(params.get("video_ids") or [])
+    several += [redact(str(url)) for url in params.get("input_urls") or []]
     if several:
         names = [titles.get(str(i), str(i)) for i in several]
         return JobInput(f"{len(several)} clips", ", ".join(names))

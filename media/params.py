@@ -62,6 +62,12 @@ SOURCE_URL_PATTERN = (
     "|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\\u0000-\\u0020\\u007f/][^\\u0000-\\u0020\\u007f]*)$"
 )
 SourceURL = Annotated[str, WithJsonSchema({"type": "string", "pattern": SOURCE_URL_PATTERN})]
+# One of a multi-input type's input_urls: its length bound declared as well as enforced.
+SourceURLItem = Annotated[
+    str,
+    Field(max_length=MAX_URL_CHARS),
+    WithJsonSchema({"type": "string", "pattern": SOURCE_URL_PATTERN, "maxLength": MAX_URL_CHARS}),
+]
 MediaPath = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": MEDIA_PATH_PATTERN, "maxLength": 256})
 ]
@@ -118,7 +124,7 @@ MAX_OUTPUT_HEIGHT = 4320
 MAX_OUTPUT_PIXELS = MAX_OUTPUT_WIDTH * MAX_OUTPUT_HEIGHT  # 8K UHD, 33.2 megapixels per frame
 MAX_OUTPUT_SECONDS = 4 * 3600.0  # a compilation, whatever its sources add up to
 MAX_OUTPUT_FRAMES = 864_000  # 4 hours at 60 fps; at 120 fps a compilation may last 2 hours
-MAX_SOURCE_REPEATS = 4  # one file or asset may appear at most this often in inputs / video_ids
+MAX_SOURCE_REPEATS = 4  # one file, URL or asset may appear at most this often in a type's sources
 
 
 def _grid_size(count: int, columns: int | None, cell_width: int, cell_height: int) -> tuple[int, int]:
@@ -134,7 +140,7 @@ def check_grid_side(value: int, info: ValidationInfo, *, fixed_columns: int | No
     data = info.data
     if data.get("layout", "grid") != "grid":
         return value
-    sources = data.get("inputs") or data.get("video_ids") or []
+    sources = data.get("inputs") or data.get("input_urls") or data.get("video_ids") or []
     count = fixed_columns * fixed_columns if fixed_columns else max(1, len(sources))
     columns = fixed_columns or data.get("columns")
     if info.field_name == "cell_width":
@@ -280,12 +286,19 @@ class SingleInput(Params):
 
 
 class MultiInput(Params):
-    """Types that read several videos: exactly one of `inputs` or `video_ids`."""
+    """Types that read several videos: exactly one of `inputs` (media-root-relative paths),
+    `input_urls` (each fetched by the dispatch stage, media.sources) or `video_ids`."""
 
-    model_config = ConfigDict(json_schema_extra=exactly_one_of("inputs", "video_ids"))
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("inputs", "input_urls", "video_ids"))
 
     inputs: list[MediaPath] | None = Field(
         None, max_length=MAX_INPUTS, description="Paths relative to the media root"
+    )
+    input_urls: list[SourceURLItem] | None = Field(
+        None,
+        max_length=MAX_INPUTS,
+        description="https:// URLs (http:// when JETENCODE_FETCH_ALLOW_HTTP is on) or s3://bucket/key, "
+        "each fetched into the source cache before the job runs",
     )
     video_ids: list[uuid.UUID] | None = Field(None, max_length=MAX_INPUTS)
 
@@ -297,6 +310,20 @@ class MultiInput(Params):
         check_repeats(value, "inputs")
         return _check_media_files(value, [f"inputs[{index}]" for index in range(len(value))])
 
+    @field_validator("input_urls")
+    @classmethod
+    def _urls_shape(cls, value: list[str] | None) -> list[str] | None:
+        # The shape only; the addresses are checked at submission and again at each connection.
+        if value is None:
+            return None
+        check_repeats(value, "input_urls")
+        for index, url in enumerate(value):
+            try:
+                check_source_shape(url, allow_http=fetch_allows_http())
+            except UnsafeSourceURL as exc:
+                raise ValueError(f"input_urls[{index}] {exc}") from None
+        return value
+
     @field_validator("video_ids")
     @classmethod
     def _ids_repeat_at_most(cls, value: list[uuid.UUID] | None) -> list[uuid.UUID] | None:
@@ -304,12 +331,23 @@ class MultiInput(Params):
 
     @model_validator(mode="after")
     def _one_source(self):
-        if (self.inputs is None) == (self.video_ids is None):
-            raise ValueError("give exactly one of inputs (paths under the media root) or video_ids")
+        given = [name for name in MULTI_SOURCES if getattr(self, name) is not None]
+        if len(given) != 1:
+            field = next((name for name in given if name != "inputs"), "inputs") if given else "inputs"
+            raise PydanticCustomError(
+                "one_source",
+                "give exactly one of inputs (paths under the media root), input_urls or video_ids",
+                {"field": field},
+            )
         return self
 
     def source_count(self) -> int:
-        return len(self.inputs if self.inputs is not None else self.video_ids or [])
+        return len(
+            next((getattr(self, name) for name in MULTI_SOURCES if getattr(self, name) is not None), [])
+        )
+
+
+MULTI_SOURCES = ("inputs", "input_urls", "video_ids")
 
 
 class EncodeOptions(Params):

@@ -221,15 +221,17 @@ def _webhook_url(payload: Mapping[str, Any], errors) -> str | None:
 
 
 def _input_url_reachable(params: Mapping[str, Any], errors) -> None:
-    """An input_url's host must resolve to addresses fetches may reach (checked again by the
-    worker at every connection: DNS may answer differently by then)."""
-    url = params.get("input_url")
-    if not url:
-        return
-    try:
-        guard.check_url(url, guard.Policy.from_settings())
-    except guard.UnsafeSourceURL as exc:
-        errors.append({"field": "params.input_url", "message": f"input_url {exc}"})
+    """An input_url's host (each of input_urls') must resolve to addresses fetches may reach
+    (checked again by the worker at every connection: DNS may answer differently by then)."""
+    named = [("input_url", "input_url", params.get("input_url"))]
+    named += [("input_urls", f"input_urls[{i}]", url) for i, url in enumerate(params.get("input_urls") or [])]
+    for field, name, url in named:
+        if not url:
+            continue
+        try:
+            guard.check_url(url, guard.Policy.from_settings())
+        except guard.UnsafeSourceURL as exc:
+            errors.append({"field": f"params.{field}", "message": f"{name} {exc}"})
 
 
 def build_new_job(payload: Mapping[str, Any], *, created_by: int | None = None) -> repository.NewJob:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 import socket
 import threading
@@ -240,12 +241,27 @@ def test_https_and_s3_sources_transcode_and_a_404_fails_at_once(
         missing = create_job(
             None, {"type": "thumbnail_generate", "params": {"input_url": origin.url("/media/missing.mp4")}}
         )
-        for job in (https_job, s3_job, missing):
+        # A multi-input type reads URLs too: a quad of two https and two s3 sources (each fetched
+        # once into the cache; the repeats reuse it).
+        urls = [origin.url("/media/landscape.mp4"), f"s3://{bucket}/in/portrait.mp4"] * 2
+        quad = create_job(
+            None,
+            {
+                "type": "compile_quad",
+                "params": {"input_urls": urls, "preset": "ultrafast", "cell_width": 160, "cell_height": 90},
+            },
+        )
+        for job in (https_job, s3_job, missing, quad):
             wait_terminal(job.id, worker)
         assert [r["path"] for r in origin.requests].count("/media/missing.mp4") == 1  # no retry storm
     for job in (https_job, s3_job):
         assert job_status(job.id) == "completed", Job.objects.get(pk=job.id).last_error
         assert (roots.outputs / str(job.id) / "renditions" / "144p.mp4").is_file()
+    assert job_status(quad.id) == "completed", Job.objects.get(pk=quad.id).last_error
+    manifest = json.loads((roots.outputs / str(quad.id) / "sources.json").read_text())
+    assert [source["path"].startswith(".cache/sources/") for source in manifest["sources"]] == [True] * 4
+    assert len({source["path"] for source in manifest["sources"]}) == 2
+    assert (roots.outputs / str(quad.id) / "quad.mp4").is_file()
     failed = Job.objects.get(pk=missing.id)
     assert failed.status == "failed" and "HTTP 404 Not Found" in failed.last_error
     assert one("SELECT max(attempt) FROM queue_tasks WHERE job_id = %s", [missing.id]) == 1

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from media.params import MAX_SOURCE_REPEATS
 from media.sources import cache as source_cache
 from media.sources import guard
 from media.sources.fetch import FetchError, PermanentFetchError, fetch_source
@@ -97,6 +98,29 @@ def test_exactly_one_source_is_required_naming_the_field(sources, roots, clips):
             create_job(None, {"type": "thumbnail_generate", "params": params})
         assert [e["field"] for e in refused.value.errors] == [field], refused.value.errors
         assert "exactly one of input" in refused.value.errors[0]["message"]
+
+
+@pytest.mark.django_db
+def test_multi_input_types_take_input_urls_each_checked_and_named_by_its_index(sources, roots, clips):
+    good = ["s3://bucket/a.mp4", "s3://bucket/b.mp4"]  # s3:// needs no DNS: the guard checks its shape
+    job = create_job(None, {"type": "compile_quad", "params": {"input_urls": good * 2}})
+    assert job.params["input_urls"] == good * 2
+    for urls, words in [
+        ([good[0], "ftp://example.com/b.mp4"], "input_urls[1]"),
+        ([*good, "https://127.0.0.1/c.mp4"], "input_urls[2] "),
+        ([good[0]] * (MAX_SOURCE_REPEATS + 1), f"at most {MAX_SOURCE_REPEATS}"),
+    ]:
+        with pytest.raises(ValidationError) as refused:
+            create_job(None, {"type": "compile_mega", "params": {"input_urls": urls}})
+        errors = refused.value.errors
+        assert [e["field"] for e in errors] == ["params.input_urls"] and words in errors[0]["message"], errors
+    roots.add(clips.landscape, "src/a.mp4")
+    with pytest.raises(ValidationError) as refused:
+        create_job(
+            None, {"type": "compile_mega", "params": {"inputs": ["src/a.mp4"] * 2, "input_urls": good}}
+        )
+    assert [e["field"] for e in refused.value.errors] == ["params.input_urls"], refused.value.errors
+    assert "exactly one of inputs" in refused.value.errors[0]["message"]
 
 
 def test_a_redirect_to_loopback_is_refused_and_never_connected(sources, settings):

@@ -106,16 +106,16 @@ def resolve_source(params: Params, ctx: StageContext | None = None) -> Source:
 DOWNLOAD_SHARE = 30.0  # of the dispatch stage's progress bar
 
 
-def fetched_source(ctx: StageContext, url: str) -> Path:
-    """Fetch `url` into the source cache, showing the download as the stage's progress (up to
-    DOWNLOAD_SHARE %). A failure a retry cannot fix (HTTP 404, a refused address, too large) fails
-    the stage for good: no retry storm against a missing object."""
+def fetched_source(ctx: StageContext, url: str, low: float = 0.0, high: float = DOWNLOAD_SHARE) -> Path:
+    """Fetch `url` into the source cache, showing the download as the stage's progress from `low`
+    to `high` % (one download: 0 to DOWNLOAD_SHARE). A failure a retry cannot fix (HTTP 404, a
+    refused address, too large) fails the stage for good: no retry storm against a missing object."""
     from media.sources.fetch import FetchError, PermanentFetchError, fetch_source
 
     throttle = throttle_for(ctx)
 
     def progress(done: int, total: int | None) -> None:
-        share = DOWNLOAD_SHARE * done / total if total else 0.0
+        share = low + (high - low) * done / total if total else low
         throttle.update(share, {"download_bytes": done, "download_total_bytes": total})
 
     try:
@@ -124,9 +124,8 @@ def fetched_source(ctx: StageContext, url: str) -> Path:
         raise PermanentFailure(str(exc)) from None
     except FetchError as exc:
         raise FetchFailed(str(exc)) from None
-    ctx.progress(
-        DOWNLOAD_SHARE, {"download_bytes": path.stat().st_size, "download_total_bytes": path.stat().st_size}
-    )
+    size = path.stat().st_size
+    ctx.progress(high, {"download_bytes": size, "download_total_bytes": size})
     return path
 
 
@@ -134,8 +133,18 @@ class FetchFailed(RuntimeError):
     """An input_url download failed in a way a later attempt may not (retried with backoff)."""
 
 
-def resolve_sources(params: Params) -> list[Source]:
-    """The inputs of a multi-input type, in the order given."""
+def resolve_sources(params: Params, ctx: StageContext | None = None) -> list[Source]:
+    """The inputs of a multi-input type, in the order given; input_urls are fetched into the source
+    cache first, one after the other, each with its share of DOWNLOAD_SHARE % (needs `ctx`)."""
+    urls = getattr(params, "input_urls", None)
+    if urls is not None:
+        if ctx is None:
+            raise PermanentFailure("input_urls need a stage context to fetch them")
+        share = DOWNLOAD_SHARE / len(urls)
+        fetched = [fetched_source(ctx, url, i * share, (i + 1) * share) for i, url in enumerate(urls)]
+        return [
+            _checked(relative_to_media_root(path), f"input_urls[{i}]", None) for i, path in enumerate(fetched)
+        ]
     if getattr(params, "video_ids", None) is not None:
         from media.models import MediaAsset
 

@@ -19,6 +19,7 @@ from media import commands
 from media.params import check_output_duration
 from workers.stages.base import PermanentFailure, StageContext, stage
 from workers.stages.common import (
+    DOWNLOAD_SHARE,
     Source,
     asset_source,
     child,
@@ -40,7 +41,9 @@ from workers.stages.common import (
 DEFAULT_SIZE = {"portrait": (720, 1280), "square": (720, 720)}
 
 
-def _stage_sources(ctx: StageContext, sources: list[Source]) -> list[dict]:
+def _stage_sources(ctx: StageContext, sources: list[Source], start: float = 0.0) -> list[dict]:
+    """Copy each source into the workspace and probe it, from `start` (what fetching input_urls
+    took) up to 90 % of the stage's progress."""
     staged = []
     for i, source in enumerate(sources):
         ctx.check_cancelled()
@@ -57,8 +60,13 @@ def _stage_sources(ctx: StageContext, sources: list[Source]) -> list[dict]:
                 "height": info.height,
             }
         )
-        ctx.progress(90.0 * (i + 1) / len(sources))
+        ctx.progress(start + (90.0 - start) * (i + 1) / len(sources))
     return staged
+
+
+def _fetched_share(params) -> float:
+    """The progress the fetches of input_urls took (resolve_sources), where staging starts."""
+    return DOWNLOAD_SHARE if params.input_urls is not None else 0.0
 
 
 def _check_output_length(kind: str, params, duration: float) -> None:
@@ -134,7 +142,7 @@ def compile_random(ctx: StageContext) -> dict:
 @stage("compile_quad")
 def compile_quad(ctx: StageContext) -> dict:
     params = stage_params(ctx, "compile_quad")
-    staged = _stage_sources(ctx, resolve_sources(params))
+    staged = _stage_sources(ctx, resolve_sources(params, ctx), _fetched_share(params))
     durations = [s["duration"] for s in staged]
     return _render_child(
         ctx,
@@ -157,7 +165,7 @@ def compile_quad(ctx: StageContext) -> dict:
 @stage("compile_mega")
 def compile_mega(ctx: StageContext) -> dict:
     params = stage_params(ctx, "compile_mega")
-    staged = _stage_sources(ctx, resolve_sources(params))
+    staged = _stage_sources(ctx, resolve_sources(params, ctx), _fetched_share(params))
     durations = [s["duration"] for s in staged]
     if params.layout == "concat":
         extra = {
