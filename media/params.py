@@ -240,6 +240,30 @@ def _given(name: str) -> dict:
     return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
 
 
+SINGLE_SOURCES = ("input", "input_url", "video_id")
+MULTI_SOURCES = ("inputs", "input_urls", "video_ids")
+
+
+def _source_url_shape(url: str, what: str) -> str:
+    """An input URL's shape only; its addresses are checked at submission and again at each
+    connection (media.sources.guard)."""
+    try:
+        check_source_shape(url, allow_http=fetch_allows_http())
+    except UnsafeSourceURL as exc:
+        raise ValueError(f"{what} {exc}") from None
+    return url
+
+
+def _exactly_one_source(model, names: tuple[str, ...], choices: str):
+    """`model` when exactly one of its source fields `names` is given; else an error named after the
+    extra source when there are several, or the first name when there is none."""
+    given = [name for name in names if getattr(model, name) is not None]
+    if len(given) != 1:
+        field = next((name for name in given if name != names[0]), names[0]) if given else names[0]
+        raise PydanticCustomError("one_source", f"give exactly one of {choices}", {"field": field})
+    return model
+
+
 class SingleInput(Params):
     """Types that read one video: exactly one of `input` (media-root-relative path), `input_url`
     (fetched by the dispatch stage, media.sources) or `video_id`."""
@@ -263,26 +287,13 @@ class SingleInput(Params):
     @field_validator("input_url")
     @classmethod
     def _url_shape(cls, value: str | None) -> str | None:
-        # The shape only; the addresses are checked at submission and again at each connection.
-        if value is not None:
-            try:
-                check_source_shape(value, allow_http=fetch_allows_http())
-            except UnsafeSourceURL as exc:
-                raise ValueError(f"input_url {exc}") from None
-        return value
+        return None if value is None else _source_url_shape(value, "input_url")
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [name for name in ("input", "input_url", "video_id") if getattr(self, name) is not None]
-        if len(given) != 1:
-            # Named in the error's field: the extra source when there are several, else `input`.
-            field = next((name for name in given if name != "input"), "input") if given else "input"
-            raise PydanticCustomError(
-                "one_source",
-                "give exactly one of input (a path under the media root), input_url or video_id",
-                {"field": field},
-            )
-        return self
+        return _exactly_one_source(
+            self, SINGLE_SOURCES, "input (a path under the media root), input_url or video_id"
+        )
 
 
 class MultiInput(Params):
@@ -313,16 +324,10 @@ class MultiInput(Params):
     @field_validator("input_urls")
     @classmethod
     def _urls_shape(cls, value: list[str] | None) -> list[str] | None:
-        # The shape only; the addresses are checked at submission and again at each connection.
         if value is None:
             return None
         check_repeats(value, "input_urls")
-        for index, url in enumerate(value):
-            try:
-                check_source_shape(url, allow_http=fetch_allows_http())
-            except UnsafeSourceURL as exc:
-                raise ValueError(f"input_urls[{index}] {exc}") from None
-        return value
+        return [_source_url_shape(url, f"input_urls[{index}]") for index, url in enumerate(value)]
 
     @field_validator("video_ids")
     @classmethod
@@ -331,23 +336,14 @@ class MultiInput(Params):
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [name for name in MULTI_SOURCES if getattr(self, name) is not None]
-        if len(given) != 1:
-            field = next((name for name in given if name != "inputs"), "inputs") if given else "inputs"
-            raise PydanticCustomError(
-                "one_source",
-                "give exactly one of inputs (paths under the media root), input_urls or video_ids",
-                {"field": field},
-            )
-        return self
+        return _exactly_one_source(
+            self, MULTI_SOURCES, "inputs (paths under the media root), input_urls or video_ids"
+        )
 
     def source_count(self) -> int:
         return len(
             next((getattr(self, name) for name in MULTI_SOURCES if getattr(self, name) is not None), [])
         )
-
-
-MULTI_SOURCES = ("inputs", "input_urls", "video_ids")
 
 
 class EncodeOptions(Params):
@@ -615,7 +611,26 @@ class CompileRandomParams(CompileOutput):
         return self
 
 
+def sources_counted(low: int, high: int | None = None):
+    """A multi-input type's json_schema_extra: exactly one source field (MultiInput's), and as many
+    items as the type takes (its `source_count` check), declared on each source list so a request
+    the schema calls valid is one the API accepts."""
+
+    def extra(schema: dict, cls) -> None:
+        schema.update(exactly_one_of(*MULTI_SOURCES))
+        for name in MULTI_SOURCES:
+            for branch in schema["properties"][name].get("anyOf", []):
+                if branch.get("type") == "array":
+                    branch["minItems"] = low
+                    if high is not None:
+                        branch["maxItems"] = high
+
+    return extra
+
+
 class CompileQuadParams(CompileOutput, MultiInput):
+    model_config = ConfigDict(json_schema_extra=sources_counted(4, 4))
+
     cell_width: Width = 640
     cell_height: Height = 360
     duration: Literal["shortest", "longest"] = "shortest"
@@ -634,6 +649,8 @@ class CompileQuadParams(CompileOutput, MultiInput):
 
 
 class CompileMegaParams(CompileOutput, MultiInput):
+    model_config = ConfigDict(json_schema_extra=sources_counted(2))
+
     layout: Literal["grid", "concat"] = "grid"
     columns: int | None = Field(None, ge=1, le=8, description="Grid columns; default ceil(sqrt(n))")
     cell_width: Width = 320

@@ -216,8 +216,8 @@ SYMLINK_ESCAPES = ["videos/escape.mp4", "escape_dir/secret.mp4", "escape_dir", "
 NOT_OPENED = {("compile_random", "directory")}
 
 
-# input_url is a URL, not a path: its refusals are test_source_urls_refuse_... below.
-URL_FIELDS = {"input_url"}
+# input_url(s) are URLs, not paths: their refusals are test_source_urls_refuse_... below.
+URL_FIELDS = {"input_url", "input_urls"}
 
 
 def _path_fields():
@@ -322,6 +322,29 @@ def test_source_urls_refuse_private_addresses_other_schemes_and_credentials(
             continue
         _assert_refused(response, status=422, field="params.input_url")
         assert "secret" not in response.content.decode()
+    assert accepted == []
+    assert counts() == before
+
+
+MULTI_URL_TYPES = sorted(
+    name for name, jt in JOB_TYPES.items() if "input_urls" in jt.params_model.model_fields
+)
+
+
+@pytest.mark.parametrize("job_type", MULTI_URL_TYPES)
+def test_each_of_input_urls_is_refused_like_input_url_naming_its_index(operator_api, hostile_media, job_type):
+    good = ["s3://bucket/a.mp4", "s3://bucket/b.mp4", "s3://bucket/c.mp4", "s3://bucket/d.mp4"]
+    before = counts()
+    accepted = []
+    for value in BAD_URLS:
+        params = {"input_urls": [good[0], value, *good[2:]]}
+        response = operator_api.request("post", "/v2/jobs", {"type": job_type, "params": params})
+        if response.status_code != 422:
+            accepted.append((value[:40], response.status_code))
+            continue
+        _assert_refused(response, status=422, field="params.input_urls")
+        body = response.content.decode()
+        assert ("input_urls[1]" in body or "params.input_urls.1" in body) and "secret" not in body, body
     assert accepted == []
     assert counts() == before
 
