@@ -11,7 +11,7 @@ import threading
 from django.urls import get_script_prefix
 from ninja import NinjaAPI, Swagger
 
-from api import errors, jobs, openapi, outputs, playback, queue, stats, system, workers
+from api import errors, jobs, openapi, openapi_tus, outputs, playback, queue, stats, system, workers
 from api.auth import AUTH
 from api.rendering import DisclosingRenderer
 
@@ -41,14 +41,17 @@ class JetEncodeAPI(NinjaAPI):
         return operation.view_func.__name__
 
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        # POST /v2/jobs: one typed body per job type, joined on `type` (see api.openapi). Built once
-        # per process and prefix: /v2/openapi.json needs no credentials, and building the document
-        # walks every schema of every route (tens of milliseconds a request otherwise).
+        # POST /v2/jobs: one typed body per job type, joined on `type` (see api.openapi), and the tus
+        # routes, which are plain views (api.openapi_tus). Built once per process and prefix:
+        # /v2/openapi.json needs no credentials, and building the document walks every schema of
+        # every route (tens of milliseconds a request otherwise).
         key = (path_prefix, get_script_prefix(), tuple(sorted((path_params or {}).items())))
         with self._openapi_lock:
             if key not in self._openapi_documents:
                 document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-                self._openapi_documents[key] = openapi.add_typed_job_bodies(document)
+                self._openapi_documents[key] = openapi_tus.add_tus_paths(
+                    openapi.add_typed_job_bodies(document)
+                )
             return self._openapi_documents[key]
 
     def get_root_path(self, path_params) -> str:

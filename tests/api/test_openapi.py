@@ -65,6 +65,29 @@ def test_201_declares_location_and_every_operation_declares_500_and_503(document
             assert {"500", "503"} <= set(operation["responses"]), (method, path)
 
 
+def test_the_tus_routes_are_described_with_their_headers(document):
+    """They are plain views (api.uploads) described by hand (api.openapi_tus); tests/api/test_uploads.py
+    checks every status they answer against this description."""
+    collection, upload = document["paths"]["/v2/uploads/"], document["paths"]["/v2/uploads/{upload_id}"]
+    assert set(collection) == {"options", "post"}
+    assert set(upload) == {"options", "head", "patch", "delete", "get"}
+    assert collection["options"]["security"] == []  # discovery needs no credentials
+    create = {p["name"]: p for p in collection["post"]["parameters"]}
+    assert create["Upload-Length"]["required"] and create["Tus-Resumable"]["schema"]["enum"] == ["1.0.0"]
+    assert "Location" in collection["post"]["responses"]["201"]["headers"]
+    patch = upload["patch"]
+    assert list(patch["requestBody"]["content"]) == ["application/offset+octet-stream"]
+    assert {"409", "460"} <= set(patch["responses"])
+    assert "Upload-Offset" in upload["head"]["responses"]["200"]["headers"]
+    operation_ids = [
+        op["operationId"]
+        for item in document["paths"].values()
+        for op in item.values()
+        if "operationId" in op
+    ]
+    assert len(operation_ids) == len(set(operation_ids))
+
+
 def test_whole_number_floats_are_integers(operator_api):
     response = operator_api.post(
         "/v2/jobs", {"type": "noop", "params": {"children": 2.0}, "priority": 152.0, "max_attempts": 3.0}

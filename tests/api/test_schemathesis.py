@@ -38,6 +38,10 @@ MISSING = re.compile(
 )
 
 
+# A tus PATCH body (api.openapi_tus) is raw bytes: send what was generated as it is.
+schemathesis.serializer.alias("application/offset+octet-stream", "application/octet-stream")
+
+
 def _looks_like(name: str, value) -> bool:
     # A real job id only replaces a generated one of the same shape: a deliberately malformed id
     # (schemathesis' negative cases) must reach the server as it was made.

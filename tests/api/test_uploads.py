@@ -6,6 +6,7 @@ dropped connection, then a transcode) are in tests/e2e/test_sources.py."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 from datetime import timedelta
@@ -40,15 +41,34 @@ def media_root(settings, tmp_path):
     return settings.MEDIA_ROOT_DIR
 
 
+@functools.cache
+def documented_statuses() -> dict[tuple[str, str], set[str]]:
+    """{(method, "collection" or "upload"): the statuses the OpenAPI document declares}
+    (api.openapi_tus): every answer these tests get must be one of them."""
+    paths = Client().get("/v2/openapi.json").json()["paths"]
+    return {
+        (method, kind): set(operation["responses"])
+        for kind, path in (("collection", "/v2/uploads/"), ("upload", "/v2/uploads/{upload_id}"))
+        for method, operation in paths[path].items()
+    }
+
+
 class Tus:
-    """An integrator's raw tus requests with one bearer token."""
+    """An integrator's raw tus requests with one bearer token; each answer's status is checked
+    against the OpenAPI document's."""
 
     def __init__(self, token: str | None):
         self.client = Client()
         self.auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
 
+    def _documented(self, method: str, url: str, response):
+        kind = "collection" if url == "/v2/uploads/" else "upload"
+        declared = documented_statuses()[(method, kind)]
+        assert str(response.status_code) in declared, (method, url, response.status_code, sorted(declared))
+        return response
+
     def options(self):
-        return self.client.options("/v2/uploads/")
+        return self._documented("options", "/v2/uploads/", self.client.options("/v2/uploads/"))
 
     def create(self, length: int, metadata: dict[str, str] | None = None, **headers):
         encoded = ",".join(
@@ -57,22 +77,26 @@ class Tus:
         extra = {"HTTP_UPLOAD_LENGTH": str(length), **TUS, **self.auth, **headers}
         if encoded:
             extra["HTTP_UPLOAD_METADATA"] = encoded
-        return self.client.generic("POST", "/v2/uploads/", b"", **extra)
+        return self._documented(
+            "post", "/v2/uploads/", self.client.generic("POST", "/v2/uploads/", b"", **extra)
+        )
 
     def patch(self, url: str, offset: int, data: bytes, *, checksum=None, content_type=OFFSET_STREAM):
         extra = {"HTTP_UPLOAD_OFFSET": str(offset), **TUS, **self.auth}
         if checksum:
             extra["HTTP_UPLOAD_CHECKSUM"] = checksum
-        return self.client.generic("PATCH", url, data, content_type=content_type, **extra)
+        return self._documented(
+            "patch", url, self.client.generic("PATCH", url, data, content_type=content_type, **extra)
+        )
 
     def head(self, url: str):
-        return self.client.head(url, **TUS, **self.auth)
+        return self._documented("head", url, self.client.head(url, **TUS, **self.auth))
 
     def get(self, url: str):
-        return self.client.get(url, **self.auth)
+        return self._documented("get", url, self.client.get(url, **self.auth))
 
     def delete(self, url: str):
-        return self.client.delete(url, **TUS, **self.auth)
+        return self._documented("delete", url, self.client.delete(url, **TUS, **self.auth))
 
 
 def sha(algorithm: str, data: bytes) -> str:
@@ -178,6 +202,9 @@ def test_patch_refusals_name_the_header(tus):
 
 def test_only_operate_tokens_of_the_owner_may_use_an_upload(tus, charlie, alice, media_root):
     assert Tus(None).create(10).status_code == 401
+    session = Client()  # a dashboard login is not enough: uploads take bearer tokens only
+    session.force_login(alice)
+    assert session.generic("POST", "/v2/uploads/", b"", HTTP_UPLOAD_LENGTH="10", **TUS).status_code == 401
     viewer = Tus(issue_token(charlie, "read")).create(10)
     assert viewer.status_code == 403 and "operate" in viewer.json()["detail"]
     url = location(tus.create(10))

@@ -215,6 +215,15 @@ SAFE = ("GET", "HEAD", "OPTIONS")
 VIEWER_MAY = {("POST", "/v2/jobs/{job_id}/playback")}
 # Credentials in the path, none in headers: the signed playback URLs (tests/api/test_playing.py).
 SIGNED = {("GET", "/v2/jobs/{job_id}/playback/{token}/{name}")}
+# tus uploads: operate tokens only (no session, no viewer, an upload only for its owner), discovery
+# (OPTIONS) without credentials; their own matrix is tests/api/test_uploads.py
+# (test_options_advertises_the_protocol_without_credentials,
+# test_only_operate_tokens_of_the_owner_may_use_an_upload).
+TUS = {
+    ("OPTIONS", "/v2/uploads/"),
+    ("POST", "/v2/uploads/"),
+    *((method, "/v2/uploads/{upload_id}") for method in ("OPTIONS", "HEAD", "PATCH", "DELETE", "GET")),
+}
 
 
 # ---- the dashboard -------------------------------------------------------------------------------------
