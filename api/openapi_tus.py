@@ -3,9 +3,10 @@ generated from /v2/openapi.json sees that /v2/uploads/ exists and what it answer
 
 They are plain Django views (the protocol is headers and raw bodies, api.uploads), so ninja does not
 describe them; this module does, by hand, from the same constants the views use. A tus client
-(tus-js-client, tus-py-client, Uppy) is how they are meant to be called: the document says so, and
-schemathesis leaves them out (tests/api/test_schemathesis.py); their conformance is tested by tuspy
-over a dropped connection and by tests/api/test_uploads.py.
+(tus-js-client, tus-py-client, Uppy) is how they are meant to be called, and the document says so.
+schemathesis fuzzes them like every route (tests/api/test_schemathesis.py), tests/api/test_uploads.py
+checks every status it receives against this description, and tuspy drives them over a dropped
+connection (tests/e2e/test_sources.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ STATUS = {
     412: f"Precondition Failed: `Tus-Resumable: {TUS_VERSION}` is required",
     413: "Request Entity Too Large: beyond JETENCODE_UPLOAD_MAX_BYTES (Tus-Max-Size)",
     415: f"Unsupported Media Type: a PATCH body must be {OFFSET_CONTENT_TYPE}",
-    429: "Too Many Requests: too many unfinished uploads for this user",
+    429: "Too Many Requests: too many unfinished uploads for this token (JETENCODE_UPLOAD_MAX_CONCURRENT)",
     460: "Checksum Mismatch: the chunk's Upload-Checksum did not match; nothing of it was kept",
     500: "Internal Server Error",
     503: "Service Unavailable",
