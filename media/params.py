@@ -140,7 +140,7 @@ def check_grid_side(value: int, info: ValidationInfo, *, fixed_columns: int | No
     data = info.data
     if data.get("layout", "grid") != "grid":
         return value
-    sources = data.get("inputs") or data.get("input_urls") or data.get("video_ids") or []
+    sources = given_sources(data.get)
     count = fixed_columns * fixed_columns if fixed_columns else max(1, len(sources))
     columns = fixed_columns or data.get("columns")
     if info.field_name == "cell_width":
@@ -244,6 +244,11 @@ SINGLE_SOURCES = ("input", "input_url", "video_id")
 MULTI_SOURCES = ("inputs", "input_urls", "video_ids")
 
 
+def given_sources(get) -> list:
+    """The source list a multi-input type was given (`get(name)` reads a field), else []."""
+    return next((get(name) for name in MULTI_SOURCES if get(name) is not None), [])
+
+
 def _source_url_shape(url: str, what: str) -> str:
     """An input URL's shape only; its addresses are checked at submission and again at each
     connection (media.sources.guard)."""
@@ -341,9 +346,7 @@ class MultiInput(Params):
         )
 
     def source_count(self) -> int:
-        return len(
-            next((getattr(self, name) for name in MULTI_SOURCES if getattr(self, name) is not None), [])
-        )
+        return len(given_sources(lambda name: getattr(self, name)))
 
 
 class EncodeOptions(Params):
